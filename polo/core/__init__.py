@@ -1,0 +1,1 @@
+"""Pure tensor math of policy optimization (torch only): batch, registries, advantages, losses."""

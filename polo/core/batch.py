@@ -1,0 +1,91 @@
+"""The rollout batch: the one currency between pipeline stages (DESIGN.md, "The data model")."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class RolloutBatch:
+    """B samples; prompts left-padded to Tp, responses right-padded to T.
+
+    ``rewards`` is ``[B, K]`` with ``reward_names``/``reward_weights`` naming and weighting the K
+    components. ``old_logp``/``ref_logp``/``values``/``advantages``/``returns`` are ``[B, T]`` and are
+    filled by the trainer only when a chosen component needs them. ``extras`` holds per-component
+    tensors whose first dimension is B (entropies, hidden states, teacher log-probs, ...).
+    """
+
+    prompt_ids: Tensor
+    prompt_mask: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    group: Tensor
+    rewards: Tensor
+    reward_names: tuple[str, ...] = ()
+    reward_weights: Tensor | None = None
+    truncated: Tensor | None = None
+    old_logp: Tensor | None = None
+    ref_logp: Tensor | None = None
+    values: Tensor | None = None
+    advantages: Tensor | None = None
+    returns: Tensor | None = None
+    turn: Tensor | None = None
+    parent: Tensor | None = None
+    extras: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self):
+        B, T = self.response_ids.shape
+        if self.rewards.dim() == 1:
+            self.rewards = self.rewards[:, None]
+        if self.reward_weights is None:
+            self.reward_weights = torch.ones(self.rewards.shape[1], dtype=self.rewards.dtype)
+        if not self.reward_names:
+            self.reward_names = tuple(f"r{k}" for k in range(self.rewards.shape[1]))
+        if self.truncated is None:
+            self.truncated = torch.zeros(B, dtype=torch.bool)
+        if self.turn is None:
+            self.turn = torch.where(self.response_mask.bool(), 0, -1)
+        if self.parent is None:
+            self.parent = torch.full((B,), -1, dtype=torch.long)
+        for name in ("prompt_mask", "response_mask", "group", "rewards", "truncated", "parent"):
+            value = getattr(self, name)
+            if value.shape[0] != B:
+                raise ValueError(f"RolloutBatch.{name} has {value.shape[0]} rows, expected B={B}")
+        if self.response_mask.shape != (B, T):
+            raise ValueError(f"response_mask shape {tuple(self.response_mask.shape)} != {(B, T)}")
+
+    @property
+    def batch_size(self) -> int:
+        return self.response_ids.shape[0]
+
+    @property
+    def lengths(self) -> Tensor:
+        """Trained response tokens per sample, ``[B]``."""
+        return self.response_mask.sum(-1)
+
+    @property
+    def mask(self) -> Tensor:
+        """``response_mask`` as float, the form the math uses."""
+        return self.response_mask.to(self.rewards.dtype if self.rewards.is_floating_point() else torch.float32)
+
+    def scalar_reward(self) -> Tensor:
+        """Weighted sum of the reward components, ``[B]``: Σ_k w_k R_k."""
+        return self.rewards @ self.reward_weights.to(self.rewards)
+
+    def select(self, index: Tensor) -> "RolloutBatch":
+        """Rows ``index`` of every per-sample tensor (``index`` is a bool mask or long indices)."""
+        B = self.batch_size
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == B and f.name != "reward_weights":
+                out[f.name] = value[index]
+        out["extras"] = {k: v[index] for k, v in self.extras.items()}
+        return replace(self, **out)
+
+    def to(self, device: torch.device | str) -> "RolloutBatch":
+        out = {f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
+        out["extras"] = {k: v.to(device) for k, v in self.extras.items()}
+        return replace(self, **out)
