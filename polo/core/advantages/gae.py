@@ -1,0 +1,50 @@
+"""Generalized Advantage Estimation with a critic (spec §1)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from polo.core.advantages.base import AdvantageResult, TokenRewardAdvantage
+from polo.core.batch import RolloutBatch
+from polo.core.registry import ADVANTAGES
+from polo.core.segment import masked_whiten
+
+
+def gae(tok_r: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> Tensor:
+    """Backward over t: ``δ_t = r_t + γ·V_next − V_t``, ``A_t = δ_t + γλ·A_next``; V_next = A_next = 0 at the end.
+
+    Masked positions are skipped: V_next and A_next are carried over them, so a tool/observation
+    token inside a row does not break the recursion. Returns A ``[B,T]``, zero where ``mask == 0``.
+    """
+    valid = mask.bool()
+    next_v = next_a = tok_r.new_zeros(tok_r.shape[0])
+    out = []
+    for t in reversed(range(tok_r.shape[1])):
+        a = tok_r[:, t] + gamma * next_v - values[:, t] + gamma * lam * next_a
+        next_a = torch.where(valid[:, t], a, next_a)
+        next_v = torch.where(valid[:, t], values[:, t], next_v)
+        out.append(next_a)
+    return torch.stack(out[::-1], dim=1) * mask
+
+
+@ADVANTAGES.register("gae")
+class GAE(TokenRewardAdvantage):
+    """PPO advantages: GAE on token rewards (R_i on the last valid token, optional KL-in-reward
+    ``−kl_coef·kl(old_logp, ref_logp)``); ``returns = A + values`` (unwhitened);
+    ``adv = masked_whiten(A, mask)`` over the batch when ``whiten``."""
+
+    spec = "single_turn_core.md §1"
+    provenance = "CODE"
+    requires = frozenset({"values"})
+
+    lam: float = 1.0
+    whiten: bool = True
+
+    def __call__(self, batch: RolloutBatch) -> AdvantageResult:
+        mask = batch.mask
+        tok_r = self.token_rewards(batch, batch.scalar_reward().to(mask))
+        adv = gae(tok_r, batch.values, mask, self.gamma, self.lam)
+        returns = (adv + batch.values) * mask
+        if self.whiten:
+            adv = masked_whiten(adv, mask) * mask
+        return AdvantageResult(adv, returns)

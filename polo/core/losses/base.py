@@ -1,0 +1,50 @@
+"""Policy losses: ``logp[B,T]`` (with grad) and the batch → per-token loss ``u[B,T]`` to minimize (spec §0.2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from polo.core.batch import RolloutBatch
+from polo.core.registry import Component
+from polo.core.segment import masked_mean
+
+
+@dataclass
+class LossOutput:
+    token_loss: Tensor  # [B,T] per-token loss to be aggregated (minimized)
+    metrics: dict[str, Tensor]  # detached scalar diagnostics, means over valid tokens
+
+
+class PolicyLoss(Component):
+    """``logp`` (with grad) and the batch (old_logp, advantages, response_mask) → ``LossOutput``."""
+
+    requires = frozenset({"old_logp"})
+
+    def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:
+        raise NotImplementedError
+
+
+def ratio(logp: Tensor, old_logp: Tensor) -> Tensor:
+    """Importance ratio ``r = exp(clamp(logp − old_logp, −20, 20))``."""
+    return torch.exp((logp - old_logp).clamp(-20, 20))
+
+
+def clipped_surrogate(
+    r: Tensor, adv: Tensor, mask: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``u = max(−A·r, −A·clamp(r, 1−clip_low, 1+clip_high))``: no gradient where the clipped branch is taken.
+
+    Metrics: ``ratio_mean`` and the fractions of valid tokens clipped at the lower bound (A < 0) and at
+    the upper bound (A > 0).
+    """
+    u1 = -adv * r
+    u2 = -adv * r.clamp(1 - clip_low, 1 + clip_high)
+    clipped = (u2 > u1).to(mask)
+    metrics = {
+        "ratio_mean": masked_mean(r.detach(), mask),
+        "clip_frac_low": masked_mean(clipped * (adv < 0), mask),
+        "clip_frac_high": masked_mean(clipped * (adv > 0), mask),
+    }
+    return torch.maximum(u1, u2), metrics

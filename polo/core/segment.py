@@ -1,0 +1,55 @@
+"""Segment (group) statistics and masked reductions, vectorized with scatter ops (spec §0.1, §0.2)."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def segment_sum(x: Tensor, group: Tensor, num_groups: int | None = None) -> Tensor:
+    """``out[g] = Σ_{i: group[i]=g} x[i]`` for group ids in ``[0, num_groups)``; shape ``[G, *x.shape[1:]]``."""
+    if num_groups is None:
+        num_groups = int(group.max()) + 1 if group.numel() else 0
+    return x.new_zeros((num_groups, *x.shape[1:])).index_add(0, group, x)
+
+
+def group_stats(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-sample mean, unbiased std and size of the sample's group, each ``[B]``.
+
+    Group ids are arbitrary integers (any order). A singleton group gets mean 0 and std 1, so a
+    z-score leaves its value unchanged (spec §0.1).
+    """
+    _, inv = torch.unique(group, return_inverse=True)
+    count = segment_sum(torch.ones_like(x), inv)
+    mean = segment_sum(x, inv) / count
+    var = segment_sum((x - mean[inv]) ** 2, inv) / (count - 1).clamp_min(1)
+    single = count == 1
+    mean = torch.where(single, 0.0, mean)
+    std = torch.where(single, 1.0, var.sqrt())
+    return mean[inv], std[inv], count[inv]
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ mask·x`` over ``dim`` (all dims when None)."""
+    return (x * mask).sum(dim=dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """``Σ mask·x / Σ mask`` over ``dim`` (all dims when None); 0 where the mask is empty."""
+    total = masked_sum(x, mask, dim)
+    return total / mask.sum(dim=dim).to(total.dtype).clamp_min(torch.finfo(total.dtype).tiny)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, unbiased: bool = True, eps: float = 1e-8) -> Tensor:
+    """``(x − μ) / sqrt(σ² + eps)`` with μ, σ² the masked mean / variance over all valid entries.
+
+    ``unbiased`` scales σ² by n/(n−1), n = Σ mask (verl ``masked_whiten``, spec §0.2); else population
+    variance (OpenRLHF). Raises ValueError if n ≤ 1.
+    """
+    n = float(mask.sum())
+    if n <= 1:
+        raise ValueError(f"masked_whiten needs more than one valid entry, got {n:g}")
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        var = var * n / (n - 1)
+    return (x - mean) * torch.rsqrt(var + eps)

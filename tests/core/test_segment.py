@@ -1,0 +1,53 @@
+import pytest
+import torch
+
+from polo.core.segment import group_stats, masked_mean, masked_whiten, segment_sum
+
+from .helpers import close
+
+
+def test_segment_sum_rows_and_empty_groups():
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    close(segment_sum(x, torch.tensor([2, 0, 2])), [[3, 4], [0, 0], [6, 8]])
+    assert segment_sum(x[:, 0], torch.tensor([0, 0, 0]), num_groups=3).tolist() == [9.0, 0.0, 0.0]
+
+
+def test_group_stats_unsorted_ids_of_different_sizes():
+    x = torch.tensor([1.0, 5.0, 2.0, 7.0, 4.0, 3.0, 9.0], dtype=torch.float64)
+    group = torch.tensor([42, -3, 42, -3, 1000, 42, 8])  # sizes 3, 2, 1, 1; arbitrary, unsorted ids
+    mean, std, count = group_stats(x, group)
+    for i in range(len(x)):
+        members = x[group == group[i]]
+        if len(members) == 1:
+            assert (mean[i], std[i], count[i]) == (0, 1, 1)
+        else:
+            close(mean[i], members.mean())
+            close(std[i], members.std(unbiased=True))
+            assert count[i] == len(members)
+
+
+def test_group_stats_all_equal_group_has_zero_std():
+    mean, std, _ = group_stats(torch.full((4,), 3.0), torch.tensor([5, 5, 5, 5]))
+    assert mean.tolist() == [3.0] * 4 and std.tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_masked_mean_all_and_per_row_with_empty_row(dtype):
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=dtype)
+    mask = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    close(masked_mean(x, mask), 1.5)
+    close(masked_mean(x, mask, dim=-1), [1.5, 0.0])
+
+
+def test_masked_whiten_spec_1_example_and_variance_modes():
+    a = torch.tensor([[0.456725, 0.3755, 0.29, 0.2, 99.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    close(masked_whiten(a, mask)[:, :4], [[1.1418, 0.4067, -0.3670, -1.1815]])
+    valid = a[0, :4]
+    close(masked_whiten(a, mask, unbiased=False)[0, :4], (valid - valid.mean()) / valid.std(unbiased=False))
+
+
+@pytest.mark.parametrize("mask", [[[1, 0, 0]], [[0, 0, 0]]])
+def test_masked_whiten_needs_two_entries(mask):
+    with pytest.raises(ValueError):
+        masked_whiten(torch.ones(1, 3), torch.tensor(mask))
