@@ -1,0 +1,104 @@
+"""Examples and the Task base class: seeded generation, a hash-based train/test split, verification.
+
+A task is a pydantic model whose fields are its knobs (``digits``, ``count``, ...), so configs are
+validated with the offending key named. A generated task implements ``sample(rng)``; ``examples`` keeps
+the samples whose prompt hashes into the requested split, so the train and test splits are disjoint
+for every seed. ``is_correct`` defaults to an exact match of the stripped completion and answer, and
+``demonstration`` to the answer. The task's own reward ``correct`` is 1.0 iff ``is_correct``.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from polo.core.registry import Component
+from polo.tasks.rewards import RewardFn, RewardSpec, exact
+
+Split = Literal["train", "test"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One problem: the prompt fed to the model, the reference answer and extra reward columns."""
+
+    prompt: str
+    answer: str
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+
+def split_of(key: str, test_fraction: float) -> Split:
+    """``"test"`` for a stable hash fraction of keys below ``test_fraction``, else ``"train"``."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return "test" if int.from_bytes(digest, "big") / 2**64 < test_fraction else "train"
+
+
+def check_split(split: str) -> None:
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+
+
+class Task(Component):
+    """Base class of tasks; subclasses are registered with ``@register_task(name)``.
+
+    A subclass defines ``max_completion_chars`` (a property or a field): an upper bound on the length of
+    a correct completion, used to set ``max_new_tokens``.
+    """
+
+    registry_name: ClassVar[str] = ""
+    default_rewards: ClassVar[list[RewardSpec]] = [RewardSpec("correct", 1.0)]
+    """Rewards used when a recipe names none."""
+
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    """Fraction of the problem space (by prompt hash) held out as the test split."""
+
+    @property
+    def name(self) -> str:
+        return type(self).registry_name
+
+    def sample(self, rng: random.Random) -> Example:
+        """Draw one problem from the whole problem space (generated tasks implement this)."""
+        raise NotImplementedError
+
+    def examples(self, split: Split, n: int, seed: int) -> list[Example]:
+        """``n`` examples of ``split``, deterministic given ``seed``; the splits never share a prompt."""
+        check_split(split)
+        rng, out = random.Random(seed), []
+        for _ in range(1000 + 100 * n):
+            if len(out) == n:
+                break
+            example = self.sample(rng)
+            if split_of(example.prompt, self.test_fraction) == split:
+                out.append(example)
+        if len(out) < n:
+            raise ValueError(
+                f"task {self.name!r}: could not draw {n} {split} examples; the problem space is too "
+                f"small for test_fraction={self.test_fraction}"
+            )
+        return out
+
+    def demonstration(self, example: Example) -> str:
+        """Target completion for the supervised warm start (no EOS)."""
+        return example.answer
+
+    def is_correct(self, completion: str, example: Example) -> bool:
+        """Whether ``completion`` solves ``example``."""
+        return exact(completion, example.answer)
+
+    def correct_reward(
+        self, prompts: list[str], completions: list[str], answer: list[str], **columns
+    ) -> list[float]:
+        """Reward ``correct``: 1.0 iff ``is_correct``."""
+        out = []
+        for i, (prompt, completion, ans) in enumerate(zip(prompts, completions, answer)):
+            example = Example(prompt, ans, {k: v[i] for k, v in columns.items()})
+            out.append(float(self.is_correct(completion, example)))
+        return out
+
+    def task_rewards(self) -> dict[str, RewardFn]:
+        """Rewards defined by this task; they shadow registered rewards of the same name."""
+        return {"correct": self.correct_reward}

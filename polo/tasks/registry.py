@@ -1,0 +1,30 @@
+"""The task registry: ``@register_task(name)`` on Task subclasses, ``build_task(config)``."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from polo.core.registry import Registry
+from polo.tasks.base import Task
+
+TASKS: Registry = Registry("task")
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Decorator registering a Task subclass under ``name``."""
+
+    def decorator(cls: type[Task]) -> type[Task]:
+        if not (isinstance(cls, type) and issubclass(cls, Task)):
+            raise TypeError(f"register_task({name!r}) expects a subclass of polo.tasks.Task, got {cls!r}")
+        return TASKS.register(name)(cls)
+
+    return decorator
+
+
+def build_task(config: dict[str, Any] | str) -> Task:
+    """Build a task from ``{"name": ..., **knobs}`` (or a bare name); errors name the bad key/value."""
+    return TASKS.build(config, key="task")
+
+
+def task_names() -> list[str]:
+    return TASKS.names()
