@@ -1,0 +1,52 @@
+"""LoRA adapters through peft (an optional dependency, imported only when an adapter is used)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LoraConfig(BaseModel):
+    """``r = 0`` disables LoRA (full fine-tuning)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = 0
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+def _peft():
+    try:
+        import peft
+    except ImportError as err:
+        raise ImportError("LoRA needs the optional dependency peft: pip install 'polo[lora]'") from err
+    return peft
+
+
+def apply_lora(model, cfg: LoraConfig):
+    """Wrap ``model`` with fresh LoRA adapters (only they stay trainable); unchanged when ``cfg.r == 0``."""
+    if cfg.r <= 0:
+        return model
+    peft = _peft()
+    config = peft.LoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=cfg.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return peft.get_peft_model(model, config)
+
+
+def load_lora(model, path: str | Path):
+    """Wrap ``model`` with the trainable adapter saved in ``path``."""
+    return _peft().PeftModel.from_pretrained(model, str(path), is_trainable=True)
+
+
+def is_lora(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def base_state_dict(model) -> dict:
+    """Weights of a LoRA-wrapped model's base, under the base model's own names (adapters left out)."""
+    state = model.get_base_model().state_dict()
+    return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}

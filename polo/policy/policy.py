@@ -1,0 +1,144 @@
+"""The policy: a Hugging Face causal LM and its tokenizer, plus the PPO critic built from it."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from polo.core.losses.entropy import entropy_from_logits
+from polo.policy.inputs import concat_inputs, pad_sequences
+from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora
+
+ADAPTER_DIR = "adapter"
+
+
+def token_logp(logits: Tensor, ids: Tensor) -> Tensor:
+    """``log softmax(logits)[..., ids]`` without materialising the full log-softmax."""
+    return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+class Policy(nn.Module):
+    """A causal LM with its tokenizer: prompt/completion encoding, decoding and response log-probs.
+
+    ``model`` may be LoRA-wrapped (peft); ``hf_model`` is always the underlying ``PreTrainedModel``.
+    ``stop_token_ids`` are the ids that end a response: the tokenizer's eos and the generation config's.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template and getattr(tokenizer, "chat_template", None) is not None
+        generation_eos = getattr(self.hf_model.generation_config, "eos_token_id", None)
+        generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
+        self.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else generation_eos[0]
+        if self.eos_token_id is None:
+            raise ValueError("the tokenizer and the generation config define no eos token")
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_id
+        self.stop_token_ids = sorted({self.eos_token_id, *(i for i in generation_eos if i is not None)})
+
+    @classmethod
+    def load(cls, path: str | Path, *, dtype=torch.float32, device="cpu", lora: LoraConfig | None = None,
+             chat_template: bool = False) -> "Policy":
+        """Load a local checkpoint folder (never the hub); a saved ``adapter/`` is loaded trainable,
+        otherwise ``lora`` (if ``r > 0``) adds fresh adapters."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
+            what = "does not exist" if not path.exists() else "has no config.json"
+            raise FileNotFoundError(f"checkpoint folder {str(path)!r} {what}: expected a save_pretrained folder")
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        if (path / ADAPTER_DIR).is_dir():
+            model = load_lora(model, path / ADAPTER_DIR)
+        elif lora is not None:
+            model = apply_lora(model, lora)
+        return cls(model.to(device), tokenizer, chat_template=chat_template)
+
+    def save(self, path: str | Path) -> None:
+        """``save_pretrained`` of model and tokenizer. With LoRA the folder holds the base weights
+        (unmerged) and the adapter in ``adapter/``; ``Policy.load`` restores both."""
+        path = Path(path)
+        if is_lora(self.model):
+            self.hf_model.save_pretrained(path, state_dict=base_state_dict(self.model))
+            self.model.save_pretrained(path / ADAPTER_DIR)
+        else:
+            self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    @property
+    def hf_model(self) -> PreTrainedModel:
+        return self.model.get_base_model() if is_lora(self.model) else self.model
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
+        """Left-padded ``(ids, mask)`` ``[B, Tp]``: the tokenizer's own special tokens (the char tokenizer
+        and Llama prepend bos), or the chat template's user turn + generation prompt."""
+        if self.chat_template:
+            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                                        add_generation_prompt=True) for p in prompts]
+            seqs = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        else:
+            seqs = self.tokenizer(list(prompts))["input_ids"]
+        return pad_sequences(seqs, self.pad_token_id, left=True, device=self.device)
+
+    def encode_completions(self, completions: list[str]) -> tuple[Tensor, Tensor]:
+        """Right-padded ``(ids, mask)`` ``[B, T]`` of each completion followed by eos."""
+        seqs = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+        return pad_sequences([s + [self.eos_token_id] for s in seqs], self.pad_token_id, left=False,
+                             device=self.device)
+
+    def decode(self, response_ids: Tensor, response_mask: Tensor) -> list[str]:
+        """Text of the masked response tokens, without eos, pad and other special tokens."""
+        keep = response_mask.bool() & ~torch.isin(response_ids, torch.tensor(self.stop_token_ids).to(response_ids))
+        return [self.tokenizer.decode(ids[k].tolist(), skip_special_tokens=True)
+                for ids, k in zip(response_ids.cpu(), keep.cpu())]
+
+    def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
+                     *, temperature: float = 1.0, return_entropy: bool = False,
+                     hidden_layer: int | None = None) -> dict[str, Tensor]:
+        """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
+        ``softmax(logits / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
+        distribution and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
+        T = response_ids.shape[1]
+        out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
+                         logits_to_keep=T + 1, output_hidden_states=hidden_layer is not None)
+        logits = out.logits[:, :-1].float() / temperature  # position t-1 predicts response token t
+        masked = ~response_mask.bool()
+        result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
+        if return_entropy:
+            result["entropy"] = entropy_from_logits(logits).masked_fill(masked, 0.0)
+        if hidden_layer is not None:
+            result["hidden"] = out.hidden_states[hidden_layer]
+        return result
+
+    forward = forward_logp
+
+
+class ValueModel(nn.Module):
+    """PPO critic: its own copy of the policy's transformer trunk and a zero-initialised linear head."""
+
+    def __init__(self, trunk: nn.Module, hidden_size: int):
+        super().__init__()
+        self.trunk = trunk
+        self.head = nn.Linear(hidden_size, 1, dtype=next(trunk.parameters()).dtype)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_policy(cls, policy: Policy) -> "ValueModel":
+        trunk = copy.deepcopy(policy.hf_model.base_model)
+        trunk.requires_grad_(True)
+        return cls(trunk, policy.hf_model.config.hidden_size).to(policy.device)
+
+    def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
+        """``[B, T]`` values ``V(s_t)`` read at the position just before response token ``t`` (0 where masked)."""
+        T = response_ids.shape[1]
+        hidden = self.trunk(**concat_inputs(prompt_ids, prompt_mask, response_ids[:, :-1]),
+                            use_cache=False).last_hidden_state[:, -T:]
+        return self.head(hidden).squeeze(-1).float().masked_fill(~response_mask.bool(), 0.0)

@@ -1,0 +1,54 @@
+"""The built-in tiny causal LM: a standard Llama/Qwen2 Hugging Face model built from a config, locally."""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+
+ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+
+
+class TinyModelConfig(BaseModel):
+    """Size of the built-in model (a few hundred thousand parameters by default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arch: Literal["llama", "qwen2"] = "llama"
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 64
+
+
+def build_tiny_model(cfg: TinyModelConfig, tokenizer) -> PreTrainedModel:
+    """A freshly initialised float32 causal LM with tied embeddings, sized for ``tokenizer``'s vocabulary."""
+    config_cls, model_cls = ARCHITECTURES[cfg.arch]
+    config = config_cls(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = model_cls(config).to(torch.float32)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def build_tiny_policy(cfg: TinyModelConfig | None = None):
+    """The default policy: the char tokenizer and a fresh tiny model (seed with ``torch.manual_seed``)."""
+    from polo.policy.policy import Policy
+    from polo.policy.tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    return Policy(build_tiny_model(cfg or TinyModelConfig(), tokenizer), tokenizer)

@@ -1,0 +1,95 @@
+"""polo's batched sampler: one prefill of the left-padded prompts, then token-by-token decoding with a KV cache.
+
+Rows that emit a stop token are dropped from the model's batch and KV cache in groups, so the work per step
+shrinks with the number of unfinished rows; the loop ends when every row has finished.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, LlamaForCausalLM
+
+from polo.policy.inputs import positions, trim_left_padding
+from polo.policy.policy import Policy, token_logp
+
+COMPACT_FRACTION = 8
+"""Finished rows leave the batch once they are at least 1/COMPACT_FRACTION of it (selecting cache rows costs)."""
+# transformers 5 renamed ``past_key_values`` to ``cache``
+_CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+@dataclass
+class SampleOutput:
+    response_ids: Tensor  # [B, T] right-padded with pad; includes the stop token when one was generated
+    response_mask: Tensor  # [B, T] 1 on generated tokens (stop token included)
+    logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
+    truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
+
+
+def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
+    """One token per row from ``softmax(z)`` restricted to the top-k tokens and the top-p nucleus."""
+    if 0 < top_k < z.shape[-1]:
+        z = z.masked_fill(z < z.topk(top_k).values[:, -1:], float("-inf"))
+    if top_p < 1.0:
+        sorted_z, order = z.sort(-1, descending=True)
+        p = sorted_z.softmax(-1)
+        outside = p.cumsum(-1) - p > top_p  # keep the shortest prefix whose mass reaches top_p
+        z = z.scatter(-1, order, sorted_z.masked_fill(outside, float("-inf")))
+    return torch.multinomial(z.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+@torch.no_grad()
+def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
+           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
+           generator: torch.Generator | None = None) -> SampleOutput:
+    """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
+
+    ``temperature == 0`` means greedy (log-probs then use temperature 1).
+    """
+    device = policy.device
+    prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
+    B, Tp = prompt_ids.shape
+    greedy, temperature = greedy or temperature == 0, temperature or 1.0
+    stop = torch.tensor(policy.stop_token_ids, device=device)
+
+    out_ids = torch.full((B, max_new_tokens), policy.pad_token_id, dtype=torch.long, device=device)
+    out_logp = torch.zeros(B, max_new_tokens, device=device)
+    length = torch.full((B,), max_new_tokens, device=device)
+    truncated = torch.ones(B, dtype=torch.bool, device=device)
+
+    rows = torch.arange(B, device=device)  # original index of each row still in the model's batch
+    alive = torch.ones(B, dtype=torch.bool, device=device)  # per row of the model's batch
+    attention = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)
+    cache = DynamicCache(config=policy.hf_model.config)
+    inputs = {"input_ids": prompt_ids, "position_ids": positions(prompt_mask)}
+    next_position = prompt_mask.sum(-1, keepdim=True)
+    steps = 0
+    for t in range(max_new_tokens):
+        logits = policy.model(**inputs, attention_mask=attention[:, : Tp + t], use_cache=True, logits_to_keep=1,
+                              **{_CACHE_ARG: cache}).logits[:, -1]
+        z = logits.float() / temperature
+        token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
+        out_ids[rows, t] = token.masked_fill(~alive, policy.pad_token_id)
+        out_logp[rows, t] = token_logp(z, token).masked_fill(~alive, 0.0)
+        steps = t + 1
+
+        stopped = alive & torch.isin(token, stop)
+        length[rows[stopped]] = t + 1
+        truncated[rows[stopped]] = False
+        alive &= ~stopped
+        n_alive = int(alive.sum())
+        if n_alive == 0:
+            break
+        if len(rows) - n_alive >= max(1, len(rows) // COMPACT_FRACTION):
+            keep = alive.nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            rows, alive, token, attention, next_position = (
+                x[keep] for x in (rows, alive, token, attention, next_position))
+        inputs = {"input_ids": token[:, None], "position_ids": next_position}
+        next_position = next_position + 1
+
+    mask = torch.arange(steps, device=device) < length[:, None]
+    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], truncated)

@@ -1,0 +1,83 @@
+import pytest
+import torch
+
+from polo.policy import TinyModelConfig
+from polo.policy.tiny import build_tiny_policy
+from polo.rollout import sample
+
+PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """A tiny policy with large random weights, so that greedy decoding varies and rows stop early."""
+    torch.manual_seed(0)
+    policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64))
+    with torch.no_grad():
+        for p in policy.model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.5)
+    return policy
+
+
+@pytest.fixture
+def stops(policy):
+    """Several stop tokens, so that sampled rows end at different steps."""
+    saved = policy.stop_token_ids
+    policy.stop_token_ids = [policy.eos_token_id, *range(40, 48)]
+    yield policy.stop_token_ids
+    policy.stop_token_ids = saved
+
+
+def run(policy, max_new_tokens=16, seed=0, **kwargs):
+    ids, mask = policy.encode_prompts(PROMPTS)
+    out = sample(policy, ids, mask, max_new_tokens=max_new_tokens, generator=torch.Generator().manual_seed(seed),
+                 **kwargs)
+    return ids, mask, out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logp_matches_forward_logp(policy, stops, temperature):
+    ids, mask, out = run(policy, temperature=temperature)
+    lengths = out.response_mask.sum(1)
+    assert lengths.min() < out.response_ids.shape[1]  # some rows ended early
+    logp = policy.forward_logp(ids, mask, out.response_ids, out.response_mask, temperature=temperature)["logp"]
+    torch.testing.assert_close(logp, out.logp, atol=1e-5, rtol=0)
+
+
+def test_greedy_matches_transformers_generate(policy, stops):
+    ids, mask, out = run(policy, greedy=True)
+    reference = policy.model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=16,
+                                      eos_token_id=stops, pad_token_id=policy.pad_token_id)[:, ids.shape[1]:]
+    assert out.truncated.any() and not out.truncated.all()
+    assert torch.equal(out.response_ids, reference)
+
+
+def test_stop_tokens_truncation_and_max_new_tokens(policy, stops):
+    _, _, out = run(policy, max_new_tokens=16)
+    B, T = out.response_ids.shape
+    assert T <= 16 and out.logp.shape == out.response_mask.shape == (B, T)
+    lengths = out.response_mask.sum(1)
+    assert torch.equal(out.response_mask, (torch.arange(T) < lengths[:, None]).long())  # a prefix per row
+    last = out.response_ids.gather(1, (lengths - 1)[:, None]).squeeze(1)
+    ended = torch.isin(last, torch.tensor(stops))
+    assert torch.equal(out.truncated, ~ended) and (lengths[out.truncated] == 16).all()
+    inside = out.response_mask.bool()
+    assert (out.response_ids[~inside] == policy.pad_token_id).all() and (out.logp[~inside] == 0).all()
+    first_stop = torch.isin(out.response_ids, torch.tensor(stops)) & inside
+    assert (first_stop.sum(1) == ended.long()).all()  # nothing is generated after a stop token
+    assert run(policy, max_new_tokens=3)[2].response_ids.shape[1] <= 3
+
+
+def test_deterministic_given_the_generator(policy):
+    _, _, a = run(policy, seed=3, temperature=0.9, top_p=0.9, top_k=20)
+    _, _, b = run(policy, seed=3, temperature=0.9, top_p=0.9, top_k=20)
+    _, _, c = run(policy, seed=4, temperature=0.9, top_p=0.9, top_k=20)
+    assert all(torch.equal(x, y) for x, y in zip(vars(a).values(), vars(b).values()))
+    assert not torch.equal(a.response_ids, c.response_ids)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(policy):
+    _, _, greedy = run(policy, greedy=True)
+    for kwargs in ({"top_k": 1}, {"top_p": 1e-6}, {"temperature": 0.0}):
+        assert torch.equal(run(policy, **kwargs)[2].response_ids, greedy.response_ids), kwargs
