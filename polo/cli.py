@@ -1,0 +1,156 @@
+"""Command line: ``polo train | sft | eval | list``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def _log(msg: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}")
+
+
+def _progress_bar(total: int, start: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   TextColumn("{task.fields[info]}"), console=console, transient=False)
+    task = bar.add_task("train", total=total, completed=start, info="")
+
+    def update(step: int, row: dict) -> None:
+        info = f"reward {row['reward/total']:.3f}  acc {row['train/accuracy']:.3f}"
+        if "eval/greedy_accuracy" in row:
+            info += f"  eval {row['eval/greedy_accuracy']:.3f}"
+            if not console.is_terminal:
+                _log(f"step {step}: {info}")
+        bar.update(task, completed=step, info=info)
+
+    return bar, update
+
+
+def cmd_train(args) -> int:
+    from polo.train.config import load_recipe
+    from polo.train.trainer import Trainer, resume
+
+    if args.resume:
+        trainer = resume(Path(args.resume), _log)
+    else:
+        if not args.recipe:
+            raise SystemExit("polo train: give a RECIPE or --resume RUN")
+        recipe = load_recipe(args.recipe, args.overrides)
+        run_dir = Path(args.run_dir or Path(recipe.output_dir) / f"{recipe.name}_s{recipe.seed}_{time.strftime('%Y%m%d-%H%M%S')}")
+        trainer = Trainer(recipe, run_dir, _log)
+    _log(f"run folder: {trainer.run_dir}")
+    bar, update = _progress_bar(trainer.recipe.train.steps, trainer.step_count)
+    with bar:
+        rows = trainer.run(update)
+    evals = [r for r in rows if "eval/greedy_accuracy" in r]
+    _log(f"held-out greedy accuracy: {evals[0]['eval/greedy_accuracy']:.3f} (step {evals[0]['step']}) -> "
+         f"{evals[-1]['eval/greedy_accuracy']:.3f} (step {evals[-1]['step']}); curves: {trainer.run_dir / 'curves.png'}")
+    return 0
+
+
+def cmd_sft(args) -> int:
+    from polo.tasks import build_task
+    from polo.train.config import load_recipe
+    from polo.train.evaluate import accuracy
+    from polo.train.trainer import load_policy, max_new_tokens
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    if recipe.model.path:
+        raise SystemExit("polo sft warm-starts the built-in model; this recipe sets model.path")
+    task = build_task(recipe.task)
+    policy = load_policy(recipe, task, _log)
+    test = task.examples("test", recipe.train.eval_size, seed=recipe.seed)
+    acc = accuracy(policy, task, test, max_new_tokens(recipe, task))
+    _log(f"warm-started model greedy accuracy on {len(test)} test problems: {acc:.3f}")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from polo.tasks import build_task
+    from polo.train.checkpoint import latest_checkpoint, load_checkpoint
+    from polo.train.config import load_recipe
+    from polo.train.evaluate import accuracy
+    from polo.train.trainer import load_policy, max_new_tokens
+
+    run = Path(args.run)
+    recipe = load_recipe(run / "config.yaml")
+    task = build_task(recipe.task)
+    policy = load_policy(recipe, task, _log)
+    ckpt = latest_checkpoint(run)
+    if ckpt is None:
+        raise SystemExit(f"{run} has no checkpoint")
+    policy.load_state_dict(load_checkpoint(ckpt)[0]["policy"])
+    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
+    n_new = max_new_tokens(recipe, task)
+    result = {
+        "checkpoint": str(ckpt),
+        "examples": len(test),
+        "greedy_accuracy": accuracy(policy, task, test, n_new, greedy=True),
+        "sampled_accuracy": accuracy(policy, task, test, n_new, greedy=False,
+                                     temperature=recipe.rollout.temperature, seed=recipe.seed),
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_list(args) -> int:
+    from polo.catalog import catalog_text
+
+    print(catalog_text())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="polo", description="Policy optimization for language models.")
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE",
+                        help="Python file that registers custom tasks / rewards / components")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a policy with a recipe")
+    p.add_argument("recipe", nargs="?", help="recipe YAML path or shipped recipe name (e.g. grpo)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    p.add_argument("--run-dir", help="run folder (default: runs/<name>_s<seed>_<time>)")
+    p.add_argument("--resume", metavar="RUN", help="continue a killed run from its last checkpoint")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("sft", help="warm-start the built-in model on the task's demonstrations")
+    p.add_argument("recipe")
+    p.add_argument("overrides", nargs="*")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("eval", help="greedy and sampled accuracy of a run's last checkpoint")
+    p.add_argument("run")
+    p.add_argument("--size", type=int, help="number of test problems")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("list", help="every registered component and shipped recipe")
+    p.set_defaults(func=cmd_list)
+
+    args, extra = parser.parse_known_args(argv)
+    unknown = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
+    from polo.core.registry import ConfigError
+    from polo.tasks import load_plugin
+
+    for plugin in args.plugin:
+        load_plugin(plugin)
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Rollout collection: prompts → G completions each → scored RolloutBatch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from polo.core.batch import RolloutBatch
+from polo.policy.policy import Policy
+from polo.rollout.sampler import sample
+from polo.tasks.base import Example, Task
+from polo.tasks.rewards import RewardSpec, score
+from polo.train.config import Rollout
+
+
+@dataclass
+class Collected:
+    batch: RolloutBatch
+    completions: list[str]
+    correct: torch.Tensor  # [B] bool
+    examples: list[Example]
+
+
+def collect(
+    policy: Policy,
+    task: Task,
+    reward_specs: list[RewardSpec],
+    examples: list[Example],
+    rollout: Rollout,
+    max_new_tokens: int,
+    generator: torch.Generator,
+    samples_per_prompt: int | None = None,
+    greedy: bool = False,
+) -> Collected:
+    """Sample ``samples_per_prompt`` completions for each example (consecutive rows form a group)."""
+    G = samples_per_prompt or rollout.samples_per_prompt
+    prompt_ids, prompt_mask = policy.encode_prompts([e.prompt for e in examples])
+    prompt_ids = prompt_ids.repeat_interleave(G, 0)
+    prompt_mask = prompt_mask.repeat_interleave(G, 0)
+    repeated = [e for e in examples for _ in range(G)]
+    out = sample(
+        policy,
+        prompt_ids,
+        prompt_mask,
+        max_new_tokens=max_new_tokens,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        greedy=greedy,
+        generator=generator,
+    )
+    completions = policy.decode(out.response_ids, out.response_mask)
+    rewards, names, weights = score(task, reward_specs, repeated, completions)
+    correct = torch.tensor([task.is_correct(c, e) for c, e in zip(completions, repeated)])
+    batch = RolloutBatch(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=out.response_ids,
+        response_mask=out.response_mask,
+        group=torch.arange(len(examples)).repeat_interleave(G),
+        rewards=rewards,
+        reward_names=names,
+        reward_weights=weights,
+        truncated=out.truncated,
+        old_logp=out.logp,
+    )
+    return Collected(batch, completions, correct, repeated)

@@ -1,0 +1,204 @@
+"""Recipe configuration: YAML recipes, ``key.sub=value`` overrides and validation with clear errors.
+
+A recipe picks one registered component per pipeline stage (``advantage``, ``policy_loss``, ``kl``,
+``aggregation``) and sets the loop's hyperparameters. Every key is validated: an unknown key or a wrong
+type names the key; an unknown component name lists the valid ones.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from polo.core.registry import ConfigError
+from polo.policy.lora import LoraConfig
+from polo.policy.tiny import TinyModelConfig
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Model(Section):
+    path: str | None = None
+    """Local Hugging Face checkpoint folder; None builds and warm-starts the built-in tiny model."""
+    tiny: TinyModelConfig = TinyModelConfig()
+    lora: LoraConfig = LoraConfig()
+    chat_template: bool = False
+
+
+class WarmStart(Section):
+    """Supervised warm start of the built-in model on the task's demonstrations (cached)."""
+
+    steps: int = Field(240, ge=0)
+    batch_size: int = Field(64, gt=0)
+    lr: float = Field(3e-3, gt=0)
+    examples: int = Field(2000, gt=0)
+    """Distinct training problems shown (a small set keeps the warm start imperfect)."""
+
+
+class Rollout(Section):
+    prompts_per_step: int = Field(64, gt=0)
+    samples_per_prompt: int = Field(8, gt=0)
+    max_new_tokens: int | None = Field(None, gt=0)
+    """None: the task's longest correct completion + 1 (for the EOS token)."""
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+
+
+class Kl(Section):
+    """KL(π‖π_ref) loss term: ``coef · agg(divergence(logp, ref_logp))``; coef 0 needs no reference."""
+
+    name: str = "k3"
+    coef: float = Field(0.0, ge=0)
+
+
+class Critic(Section):
+    """Value model, created when the advantage estimator needs ``values``."""
+
+    lr: float = Field(1e-3, gt=0)
+    value_clip: float | None = Field(0.5, gt=0)
+    warmup_steps: int = Field(0, ge=0)
+    """Steps at the start during which only the critic learns."""
+
+
+class Optim(Section):
+    lr: float = Field(5e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float | None = Field(1.0, gt=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+
+
+class Loop(Section):
+    steps: int = Field(300, gt=0)
+    epochs: int = Field(1, gt=0)
+    """Passes over each rollout batch (PPO epochs)."""
+    minibatches: int = Field(1, gt=0)
+    """Optimizer steps per epoch; the batch is split into this many minibatches."""
+    micro_batch_size: int | None = Field(None, gt=0)
+    """Rows per forward/backward (gradient accumulation); None: the whole minibatch."""
+    train_pool: int = Field(5000, gt=0)
+    """Distinct training problems the prompt stream cycles through."""
+    eval_every: int = Field(25, gt=0)
+    eval_size: int = Field(500, gt=0)
+    save_every: int = Field(25, gt=0)
+    max_minutes: float | None = Field(None, gt=0)
+    """Wall-clock budget: the run stops (with a checkpoint and a final eval) when it is spent."""
+    threads: int | None = Field(None, gt=0)
+
+
+class Recipe(Section):
+    name: str = "custom"
+    description: str = ""
+    seed: int = 0
+    task: dict[str, Any] = {"name": "addition"}
+    rewards: list[dict[str, Any]] | None = None
+    """[{name, weight}]; None: the task's default reward components."""
+    model: Model = Model()
+    warm_start: WarmStart = WarmStart()
+    rollout: Rollout = Rollout()
+    advantage: dict[str, Any] | str = {"name": "grpo"}
+    policy_loss: dict[str, Any] | str = {"name": "ppo_clip"}
+    aggregation: dict[str, Any] | str = {"name": "token_mean"}
+    kl: Kl = Kl()
+    entropy_coef: float = 0.0
+    critic: Critic = Critic()
+    optim: Optim = Optim()
+    train: Loop = Loop()
+    output_dir: str = "runs"
+
+    @model_validator(mode="after")
+    def _components_exist(self) -> "Recipe":
+        build_components(self)
+        return self
+
+
+def build_components(recipe: Recipe) -> dict[str, Any]:
+    """Instantiate every registered component the recipe names (raises ConfigError on a bad one)."""
+    import polo.core.advantages  # noqa: F401  (registration)
+    import polo.core.losses  # noqa: F401
+    from polo.core import aggregation, divergences  # noqa: F401
+    from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOSSES
+
+    return {
+        "advantage": ADVANTAGES.build(recipe.advantage, "advantage"),
+        "policy_loss": POLICY_LOSSES.build(recipe.policy_loss, "policy_loss"),
+        "aggregation": AGGREGATIONS.build(recipe.aggregation, "aggregation"),
+        "kl": DIVERGENCES.build({"name": recipe.kl.name}, "kl.name"),
+    }
+
+
+def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for k in keys[:-1]:
+        child = node.get(k)
+        if isinstance(child, str) and k in ("advantage", "policy_loss", "aggregation"):
+            child = {"name": child}
+        if child is None:
+            child = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {dotted!r}: {k!r} is not a section (it is {child!r})")
+        node[k] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    parsed = []
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key.sub=value")
+        key, raw = item.split("=", 1)
+        parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+    return parsed
+
+
+def resolve_recipe_path(recipe: str | Path) -> Path:
+    """A path, or the name of a shipped recipe (``grpo`` or ``grpo.yaml``)."""
+    path = Path(recipe)
+    if path.is_file():
+        return path
+    shipped = RECIPES_DIR / (path.name if path.suffix else f"{path.name}.yaml")
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+    raise ConfigError(f"recipe {str(recipe)!r} not found; shipped recipes: {names}")
+
+
+def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
+    """Read a recipe (path, shipped name or dict), apply overrides, validate."""
+    if isinstance(recipe, dict):
+        tree = dict(recipe)
+    else:
+        path = resolve_recipe_path(recipe)
+        tree = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError(f"{path}: a recipe must be a YAML mapping")
+    for key, value in parse_overrides(list(overrides)):
+        _set_path(tree, key, value)
+    try:
+        return Recipe.model_validate(tree)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            if e["type"] == "extra_forbidden":
+                lines.append(f"unknown key {loc!r}")
+            elif e["type"] == "value_error":
+                lines.append(str(e["ctx"]["error"]) if "ctx" in e else e["msg"])
+            else:
+                lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
+        raise ConfigError("invalid recipe: " + "; ".join(lines)) from None
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,36 @@
+"""Held-out accuracy: greedy and sampled, on the task's test split."""
+from __future__ import annotations
+
+import torch
+
+from polo.policy.policy import Policy
+from polo.rollout.sampler import sample
+from polo.tasks.base import Example, Task
+
+
+@torch.no_grad()
+def accuracy(
+    policy: Policy,
+    task: Task,
+    examples: list[Example],
+    max_new_tokens: int,
+    *,
+    greedy: bool = True,
+    temperature: float = 1.0,
+    seed: int = 0,
+    chunk: int = 512,
+) -> float:
+    """Fraction of ``examples`` whose completion the task's verifier accepts."""
+    was_training = policy.training
+    policy.eval()
+    generator = torch.Generator().manual_seed(seed)
+    hits = 0
+    for start in range(0, len(examples), chunk):
+        part = examples[start : start + chunk]
+        ids, mask = policy.encode_prompts([e.prompt for e in part])
+        out = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
+                     greedy=greedy, generator=generator)
+        texts = policy.decode(out.response_ids, out.response_mask)
+        hits += sum(task.is_correct(t, e) for t, e in zip(texts, part))
+    policy.train(was_training)
+    return hits / max(1, len(examples))
