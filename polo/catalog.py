@@ -5,10 +5,19 @@ import yaml
 
 
 def load_all_components() -> None:
+    """Import every module that registers components."""
     import polo.core.advantages  # noqa: F401
     import polo.core.aggregation  # noqa: F401
+    import polo.core.credit  # noqa: F401
     import polo.core.divergences  # noqa: F401
     import polo.core.losses  # noqa: F401
+    import polo.core.shaping  # noqa: F401
+    import polo.train.samplers  # noqa: F401
+
+    try:
+        import polo.core.optim_hooks  # noqa: F401
+    except ImportError:
+        pass
 
 
 def catalog_text() -> str:

@@ -89,3 +89,51 @@ class RolloutBatch:
         out = {f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
         out["extras"] = {k: v.to(device) for k, v in self.extras.items()}
         return replace(self, **out)
+
+
+def _pad_to(x: Tensor, width: int, left: bool, fill: int = 0) -> Tensor:
+    extra = width - x.shape[1]
+    if extra == 0:
+        return x
+    pad = x.new_full((x.shape[0], extra, *x.shape[2:]), fill)
+    return torch.cat([pad, x] if left else [x, pad], 1)
+
+
+PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
+
+
+def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
+    """Stack batches row-wise: prompts re-left-padded, responses re-right-padded (with 0 / mask 0), group
+    ids offset so that groups of different batches stay distinct, ``parent`` indices shifted."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0]
+    out = {}
+    for f in fields(first):
+        values = [getattr(b, f.name) for b in batches]
+        if f.name == "extras":
+            keys = set(values[0]).intersection(*values[1:])
+            out["extras"] = {k: _cat([v[k] for v in values], left=False) for k in keys}
+        elif f.name in ("reward_names", "reward_weights"):
+            out[f.name] = values[0]
+        elif f.name == "group":
+            offsets, total = [], 0
+            for v in values:
+                offsets.append(total)
+                total += int(v.max()) + 1 if v.numel() else 0
+            out["group"] = torch.cat([v + o for v, o in zip(values, offsets)])
+        elif f.name == "parent":
+            starts = torch.tensor([0] + [b.batch_size for b in batches[:-1]]).cumsum(0).tolist()
+            out["parent"] = torch.cat([torch.where(v >= 0, v + s, v) for v, s in zip(values, starts)])
+        elif values[0] is None or any(v is None for v in values):
+            out[f.name] = None
+        else:
+            out[f.name] = _cat(values, left=f.name in PROMPT_FIELDS, fill=-1 if f.name == "turn" else 0)
+    return RolloutBatch(**out)
+
+
+def _cat(values: list[Tensor], left: bool, fill: int = 0) -> Tensor:
+    if values[0].dim() < 2:
+        return torch.cat(values)
+    width = max(v.shape[1] for v in values)
+    return torch.cat([_pad_to(v, width, left, fill) for v in values])

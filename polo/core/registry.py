@@ -27,6 +27,18 @@ class Component(BaseModel):
         """Inputs this configured instance needs (override when they depend on hyperparameters)."""
         return set(self.requires)
 
+    # Components with state that persists across steps (trackers, probes, dual variables) override these;
+    # the trainer checkpoints ``state_dict`` and calls ``after_update`` once per step, after the update.
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def after_update(self, batch, context) -> dict[str, float]:
+        """Hook after the policy update; ``context`` is a ``polo.core.context.StepContext``. Returns metrics."""
+        return {}
+
 
 C = TypeVar("C", bound=type)
 
@@ -93,6 +105,7 @@ DIVERGENCES: Registry = Registry("divergence")
 AGGREGATIONS: Registry = Registry("aggregation")
 SHAPING: Registry = Registry("shaping")
 CREDIT: Registry = Registry("credit")
+OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook")
 SAMPLERS: Registry = Registry("sampler")
 
 ALL_REGISTRIES: tuple[Registry, ...] = (
@@ -103,4 +116,5 @@ ALL_REGISTRIES: tuple[Registry, ...] = (
     POLICY_LOSSES,
     DIVERGENCES,
     AGGREGATIONS,
+    OPTIMIZER_HOOKS,
 )

@@ -100,11 +100,12 @@ class Policy(nn.Module):
                 for ids, k in zip(response_ids.cpu(), keep.cpu())]
 
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                     *, temperature: float = 1.0, return_entropy: bool = False,
+                     *, temperature: float = 1.0, return_entropy: bool = False, return_full: bool = False,
                      hidden_layer: int | None = None) -> dict[str, Tensor]:
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(logits / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
-        distribution and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
+        distribution, ``logprobs_full`` ``[B, T, V]`` (the whole log-softmax) and ``hidden``
+        ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
         T = response_ids.shape[1]
         out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
                          logits_to_keep=T + 1, output_hidden_states=hidden_layer is not None)
@@ -113,6 +114,8 @@ class Policy(nn.Module):
         result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
         if return_entropy:
             result["entropy"] = entropy_from_logits(logits).masked_fill(masked, 0.0)
+        if return_full:
+            result["logprobs_full"] = logits.log_softmax(-1).masked_fill(masked[..., None], 0.0)
         if hidden_layer is not None:
             result["hidden"] = out.hidden_states[hidden_layer]
         return result

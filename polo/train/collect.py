@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from polo.core.batch import RolloutBatch
+from polo.core.batch import RolloutBatch, concat_batches
 from polo.policy.policy import Policy
 from polo.rollout.sampler import sample
 from polo.tasks.base import Example, Task
@@ -15,10 +15,26 @@ from polo.train.config import Rollout
 
 @dataclass
 class Collected:
+    """A scored batch plus what only the trainer needs: texts and the (repeated) examples."""
+
     batch: RolloutBatch
     completions: list[str]
-    correct: torch.Tensor  # [B] bool
     examples: list[Example]
+
+    @property
+    def correct(self) -> torch.Tensor:
+        return self.batch.extras["correct"].bool()
+
+    def select_groups(self, keep_group: torch.Tensor) -> "Collected":
+        """The rows of the groups where ``keep_group[g]`` is true (groups numbered 0..n−1)."""
+        rows = keep_group[self.batch.group]
+        idx = rows.nonzero().squeeze(-1).tolist()
+        return Collected(self.batch.select(rows), [self.completions[i] for i in idx], [self.examples[i] for i in idx])
+
+    @staticmethod
+    def concat(parts: list["Collected"]) -> "Collected":
+        return Collected(concat_batches([p.batch for p in parts]), [c for p in parts for c in p.completions],
+                         [e for p in parts for e in p.examples])
 
 
 def collect(
@@ -26,13 +42,17 @@ def collect(
     task: Task,
     reward_specs: list[RewardSpec],
     examples: list[Example],
+    prompt_index: list[int],
     rollout: Rollout,
     max_new_tokens: int,
     generator: torch.Generator,
     samples_per_prompt: int | None = None,
     greedy: bool = False,
 ) -> Collected:
-    """Sample ``samples_per_prompt`` completions for each example (consecutive rows form a group)."""
+    """Sample ``samples_per_prompt`` completions for each example (consecutive rows form a group).
+
+    ``prompt_index`` (the examples' positions in the training pool) and the verifier's ``correct`` go
+    to ``batch.extras``."""
     G = samples_per_prompt or rollout.samples_per_prompt
     prompt_ids, prompt_mask = policy.encode_prompts([e.prompt for e in examples])
     prompt_ids = prompt_ids.repeat_interleave(G, 0)
@@ -51,7 +71,7 @@ def collect(
     )
     completions = policy.decode(out.response_ids, out.response_mask)
     rewards, names, weights = score(task, reward_specs, repeated, completions)
-    correct = torch.tensor([task.is_correct(c, e) for c, e in zip(completions, repeated)])
+    correct = torch.tensor([float(task.is_correct(c, e)) for c, e in zip(completions, repeated)])
     batch = RolloutBatch(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
@@ -63,5 +83,6 @@ def collect(
         reward_weights=weights,
         truncated=out.truncated,
         old_logp=out.logp,
+        extras={"correct": correct, "prompt_index": torch.tensor(prompt_index).repeat_interleave(G)},
     )
-    return Collected(batch, completions, correct, repeated)
+    return Collected(batch, completions, repeated)

@@ -49,6 +49,8 @@ class Rollout(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
+    mask_truncated: bool = False
+    """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
 
 
 class Kl(Section):
@@ -56,6 +58,11 @@ class Kl(Section):
 
     name: str = "k3"
     coef: float = Field(0.0, ge=0)
+    target: float | None = Field(None, gt=0)
+    """Adaptive KL controller (Ziegler et al. 2019): with a target, the coefficient of the KL in use (this
+    loss term, or the advantage's ``kl_coef`` for KL-in-reward) follows
+    ``β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·B/horizon)`` after every step."""
+    horizon: int = Field(10000, gt=0)
 
 
 class Critic(Section):
@@ -93,6 +100,9 @@ class Loop(Section):
     max_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget: the run stops (with a checkpoint and a final eval) when it is spent."""
     threads: int | None = Field(None, gt=0)
+    replay_steps: int = Field(0, ge=0)
+    """Also train on the batches of the last ``replay_steps`` steps (stale samples keep their own
+    behaviour log-probs and advantages; R²VPO)."""
 
 
 class Recipe(Section):
@@ -105,10 +115,14 @@ class Recipe(Section):
     model: Model = Model()
     warm_start: WarmStart = WarmStart()
     rollout: Rollout = Rollout()
+    sampler: dict[str, Any] | str = {"name": "uniform"}
+    shaping: list[dict[str, Any]] = []
     advantage: dict[str, Any] | str = {"name": "grpo"}
+    credit: dict[str, Any] | str | None = None
     policy_loss: dict[str, Any] | str = {"name": "ppo_clip"}
     aggregation: dict[str, Any] | str = {"name": "token_mean"}
     kl: Kl = Kl()
+    optimizer_hook: dict[str, Any] | str | None = None
     entropy_coef: float = 0.0
     critic: Critic = Critic()
     optim: Optim = Optim()
@@ -123,17 +137,28 @@ class Recipe(Section):
 
 def build_components(recipe: Recipe) -> dict[str, Any]:
     """Instantiate every registered component the recipe names (raises ConfigError on a bad one)."""
-    import polo.core.advantages  # noqa: F401  (registration)
-    import polo.core.losses  # noqa: F401
-    from polo.core import aggregation, divergences  # noqa: F401
-    from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOSSES
+    from polo.catalog import load_all_components
+    from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS,
+                                    POLICY_LOSSES, SAMPLERS, SHAPING)
 
-    return {
+    load_all_components()
+    built = {
+        "sampler": SAMPLERS.build(recipe.sampler, "sampler"),
         "advantage": ADVANTAGES.build(recipe.advantage, "advantage"),
         "policy_loss": POLICY_LOSSES.build(recipe.policy_loss, "policy_loss"),
         "aggregation": AGGREGATIONS.build(recipe.aggregation, "aggregation"),
         "kl": DIVERGENCES.build({"name": recipe.kl.name}, "kl.name"),
     }
+    for i, spec in enumerate(recipe.shaping):
+        built[f"shaping.{i}"] = SHAPING.build(spec, f"shaping[{i}]")
+    if recipe.credit is not None:
+        built["credit"] = CREDIT.build(recipe.credit, "credit")
+    if recipe.optimizer_hook is not None:
+        built["optimizer_hook"] = OPTIMIZER_HOOKS.build(recipe.optimizer_hook, "optimizer_hook")
+    return built
+
+
+COMPONENT_KEYS = ("sampler", "advantage", "credit", "policy_loss", "aggregation", "optimizer_hook")
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
@@ -141,7 +166,7 @@ def _set_path(tree: dict, dotted: str, value: Any) -> None:
     node = tree
     for k in keys[:-1]:
         child = node.get(k)
-        if isinstance(child, str) and k in ("advantage", "policy_loss", "aggregation"):
+        if isinstance(child, str) and k in COMPONENT_KEYS:
             child = {"name": child}
         if child is None:
             child = {}

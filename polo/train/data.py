@@ -19,16 +19,17 @@ class PromptStream:
         self.order = torch.randperm(len(pool), generator=self.generator)
         self.cursor = 0
 
-    def next(self, n: int) -> list[Example]:
-        out = []
+    def next(self, n: int) -> tuple[list[Example], list[int]]:
+        """The next ``n`` examples and their indices in the pool."""
+        out: list[int] = []
         while len(out) < n:
             if self.cursor == len(self.order):
                 self.order = torch.randperm(len(self.pool), generator=self.generator)
                 self.cursor = 0
             take = min(n - len(out), len(self.order) - self.cursor)
-            out.extend(self.pool[i] for i in self.order[self.cursor : self.cursor + take].tolist())
+            out.extend(self.order[self.cursor : self.cursor + take].tolist())
             self.cursor += take
-        return out
+        return [self.pool[i] for i in out], out
 
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.get_state(), "order": self.order, "cursor": self.cursor}

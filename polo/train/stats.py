@@ -30,6 +30,32 @@ def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, flo
     row["advantage/zero_frac"] = float(((adv == 0) & (mask > 0)).sum() / n)
     row["response/length"] = float(batch.lengths.float().mean())
     row["response/truncated_frac"] = float(batch.truncated.float().mean())
+    if batch.ref_logp is not None:
+        row["kl/behaviour_ref"] = float(((batch.old_logp - batch.ref_logp) * mask).sum() / n)
     if batch.values is not None:
         row["critic/value_mean"] = float((batch.values * mask).sum() / n)
     return row
+
+
+def advantage_diagnostics(batch: RolloutBatch) -> dict[str, float]:
+    """Zero-advantage groups, and the sign-flip rate of each sample's advantage (at its first valid token)
+    against the leave-one-out reference ``R_i − mean_{j≠i} R_j`` (MC-GRPO's argument), counted over
+    samples whose reference is non-zero."""
+    mask = batch.response_mask.bool()
+    adv = batch.advantages
+    first = mask.long().argmax(-1)
+    seq_adv = adv.gather(1, first[:, None]).squeeze(1) * mask.any(-1)
+    _, index = torch.unique(batch.group, return_inverse=True)
+    n = int(index.max()) + 1
+    abs_sum = torch.zeros(n).index_add(0, index, (adv.abs() * mask).sum(-1).float())
+    reward = batch.scalar_reward().float()
+    size = torch.zeros(n).index_add(0, index, torch.ones_like(reward))
+    total = torch.zeros(n).index_add(0, index, reward)
+    others = (size[index] - 1).clamp_min(1)
+    loo = torch.where(size[index] > 1, reward - (total[index] - reward) / others, reward)
+    ref = loo.abs() > 1e-9
+    flips = (torch.sign(seq_adv) != torch.sign(loo)) & ref
+    return {
+        "frac_zero_adv_groups": float((abs_sum == 0).float().mean()),
+        "advantage/sign_flip_vs_loo": float(flips.sum() / ref.sum().clamp_min(1)),
+    }

@@ -1,9 +1,11 @@
-"""The training loop: sample prompts → G rollouts each → rewards → advantages → minibatch updates.
+"""The training loop: sample prompts → G rollouts each → rewards → shaping → advantages → token credit →
+minibatch updates → component hooks.
 
-One ``Trainer.step`` is one pipeline pass of DESIGN.md. The trainer provides exactly the inputs the
-chosen components declare (``needs()``): a frozen reference policy only for ``ref_logp``, a critic only
-for ``values``. Everything random (data order, sampling, minibatch shuffles) draws from generators that
-are checkpointed, so ``--resume`` continues a killed run bit for bit.
+One ``Trainer.step`` is one pipeline pass of DESIGN.md. The trainer provides exactly the inputs the chosen
+components declare (``needs()``, see polo/train/inputs.py): a frozen reference policy only for
+``ref_logp``, a critic only for ``values``. Everything random (data order, sampling, minibatch shuffles)
+draws from generators that are checkpointed together with every component's state, so ``--resume``
+continues a killed run bit for bit.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from typing import Any
 
 import torch
 
-from polo.core.aggregation import StepCounts
-from polo.core.losses.value import clipped_value_loss
+from polo.core.batch import concat_batches
+from polo.core.context import StepContext
 from polo.policy.policy import Policy, ValueModel
 from polo.policy.reference import frozen_copy
 from polo.tasks import build_task
@@ -26,10 +28,12 @@ from polo.train.collect import collect
 from polo.train.config import Recipe, build_components, dump_recipe
 from polo.train.data import PromptStream
 from polo.train.evaluate import accuracy
+from polo.train.inputs import check_needs, provide_inputs
 from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
 from polo.train.schedule import lr_multiplier
-from polo.train.stats import rollout_metrics
+from polo.train.stats import advantage_diagnostics, rollout_metrics
+from polo.train.update import Updater
 from polo.train.warm_start import ensure_warm_start
 
 
@@ -44,11 +48,6 @@ def max_new_tokens(recipe: Recipe, task) -> int:
     return recipe.rollout.max_new_tokens or task.max_completion_chars + 1
 
 
-def _micro_slices(n: int, size: int | None) -> list[slice]:
-    size = size or n
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
-
-
 class Trainer:
     def __init__(self, recipe: Recipe, run_dir: Path, log=print):
         self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
@@ -60,28 +59,53 @@ class Trainer:
         specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
         self.reward_specs = [RewardSpec(**s) for s in specs]
         self.policy = load_policy(recipe, self.task, log)
-        c = build_components(recipe)
+        self.components = build_components(recipe)
+        c = self.components
         self.advantage, self.policy_loss, self.aggregation, self.divergence = (
             c["advantage"], c["policy_loss"], c["aggregation"], c["kl"])
-        self.needs = self.advantage.needs() | self.policy_loss.needs() | ({"ref_logp"} if recipe.kl.coef > 0 else set())
-        self.reference = frozen_copy(self.policy) if "ref_logp" in self.needs else None
+        self.kl_coef = recipe.kl.coef
+        self.needs = set().union(*(comp.needs() for comp in c.values())) | (
+            {"ref_logp"} if recipe.kl.coef > 0 else set())
+        check_needs(self.needs)
+        self.reference = frozen_copy(self.policy) if self.needs & {"ref_logp", "ref_dist"} else None
         self.critic = ValueModel.from_policy(self.policy) if "values" in self.needs else None
+        self.privileged_critic = ValueModel.from_policy(self.policy) if "values_privileged" in self.needs else None
         o = recipe.optim
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(o, recipe.train.steps))
-        self.critic_optimizer = (
-            torch.optim.AdamW(self.critic.parameters(), lr=recipe.critic.lr) if self.critic is not None else None
-        )
+        self.critic_optimizers = {
+            name: torch.optim.AdamW(model.parameters(), lr=recipe.critic.lr)
+            for name, model in (("critic", self.critic), ("privileged_critic", self.privileged_critic))
+            if model is not None
+        }
         self.max_new_tokens = max_new_tokens(recipe, self.task)
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.stream = PromptStream(pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         self.sample_generator = torch.Generator().manual_seed(recipe.seed + 1)
         self.shuffle_generator = torch.Generator().manual_seed(recipe.seed + 2)
+        self.replay: list = []
         self.step_count = 0
         self.elapsed = 0.0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.updater = Updater(self)
+
+    # ----------------------------------------------------------------- critics
+    def critics(self):
+        """(model, optimizer) of every critic."""
+        return [(getattr(self, name), opt) for name, opt in self.critic_optimizers.items()]
+
+    def critic_inputs(self, micro):
+        """(name, critic, prompt_ids, prompt_mask, old values) for each critic's loss on ``micro``."""
+        out = []
+        if self.critic is not None:
+            out.append(("value", self.critic, micro.prompt_ids, micro.prompt_mask, micro.values))
+        if self.privileged_critic is not None:
+            e = micro.extras
+            out.append(("value_privileged", self.privileged_critic, e["privileged_prompt_ids"],
+                        e["privileged_prompt_mask"], e["values_privileged"]))
+        return out
 
     # ----------------------------------------------------------------- state
     def state(self) -> tuple[dict, dict]:
@@ -89,6 +113,7 @@ class Trainer:
         state: dict[str, Any] = {
             "step": self.step_count,
             "elapsed": self.elapsed,
+            "kl_coef": self.kl_coef,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "stream": self.stream.state_dict(),
@@ -96,10 +121,13 @@ class Trainer:
             "shuffle_generator": self.shuffle_generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
+            "components": {name: comp.state_dict() for name, comp in self.components.items()},
+            "advantage_config": self.advantage.model_dump(),
+            "replay": self.replay,
         }
-        if self.critic is not None:
-            weights["critic"] = self.critic.state_dict()
-            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        for name, opt in self.critic_optimizers.items():
+            weights[name] = getattr(self, name).state_dict()
+            state[f"{name}_optimizer"] = opt.state_dict()
         return weights, state
 
     def save(self) -> Path:
@@ -118,45 +146,68 @@ class Trainer:
         self.shuffle_generator.set_state(state["shuffle_generator"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
-        if self.critic is not None:
-            self.critic.load_state_dict(weights["critic"])
-            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        for name, comp in self.components.items():
+            comp.load_state_dict(state["components"][name])
+        for key, value in state["advantage_config"].items():
+            setattr(self.advantage, key, value)
+        for name, opt in self.critic_optimizers.items():
+            getattr(self, name).load_state_dict(weights[name])
+            opt.load_state_dict(state[f"{name}_optimizer"])
+        self.replay = state["replay"]
+        self.kl_coef = state["kl_coef"]
         self.step_count, self.elapsed = state["step"], state["elapsed"]
         self.metrics.truncate_after(self.step_count)
 
     # ----------------------------------------------------------------- one step
+    def generate(self, examples, indices):
+        return collect(self.policy, self.task, self.reward_specs, examples, indices, self.recipe.rollout,
+                       self.max_new_tokens, self.sample_generator)
+
     def step(self) -> dict[str, float]:
-        r = self.recipe
+        r, c = self.recipe, self.components
         timings: dict[str, float] = {}
         t = time.perf_counter()
-        examples = self.stream.next(r.rollout.prompts_per_step)
         self.policy.eval()
-        got = collect(self.policy, self.task, self.reward_specs, examples, r.rollout, self.max_new_tokens,
-                      self.sample_generator)
+        got, row = c["sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
+                                        self.sample_generator, c)
         batch = got.batch
         timings["sample"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        with torch.no_grad():
-            if self.reference is not None:
-                batch.ref_logp = self.reference.forward_logp(
-                    batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
-                    temperature=r.rollout.temperature)["logp"]
-            if self.critic is not None:
-                batch.values = self.critic(batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)
-        timings["score"] = time.perf_counter() - t
+        for name, shaping in c.items():
+            if name.startswith("shaping."):
+                extra = shaping(batch, self.max_new_tokens).to(batch.rewards)
+                batch.rewards = torch.cat([batch.rewards, extra[:, None]], 1)
+                batch.reward_names = (*batch.reward_names, shaping.registry_name)
+                batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
+        if r.rollout.mask_truncated:
+            batch.response_mask = batch.response_mask * ~batch.truncated[:, None]
+        provide_inputs(self, got, self.needs)
+        timings["inputs"] = time.perf_counter() - t
 
         t = time.perf_counter()
         result = self.advantage(batch)
         batch.advantages, batch.returns = result.advantages, result.returns
+        if "credit" in c:
+            batch.advantages = batch.advantages * c["credit"](batch)
+        row.update(rollout_metrics(batch, got.correct))
+        row.update(advantage_diagnostics(batch))
+        trained = batch if result.keep is None else batch.select(result.keep)
         timings["advantage"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        update = self.update(batch)
+        row.update(self.updater.run(concat_batches([trained, *self.replay])))
+        if r.train.replay_steps:
+            self.replay = [trained, *self.replay][: r.train.replay_steps]
         timings["update"] = time.perf_counter() - t
 
-        row = rollout_metrics(batch, got.correct)
-        row.update(update)
+        t = time.perf_counter()
+        context = StepContext(self.step_count + 1, self.policy_logp, self.optimizer.param_groups[0]["lr"])
+        for name, comp in c.items():
+            row.update(comp.after_update(batch, context))
+        self.adapt_kl(row)
+        timings["hooks"] = time.perf_counter() - t
+
         row["optim/lr"] = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         total = sum(timings.values())
@@ -165,72 +216,28 @@ class Trainer:
         row["perf/tokens_per_s"] = float(batch.response_mask.sum()) / max(total, 1e-9)
         return row
 
-    def update(self, batch) -> dict[str, float]:
-        """``epochs`` passes; each pass splits the batch into ``minibatches`` optimizer steps."""
-        r = self.recipe
-        policy_frozen = self.critic is not None and self.step_count < r.critic.warmup_steps
-        sums: dict[str, float] = {}
-        weight_total = 0.0
-        grad_norms = []
-        self.policy.train()
-        for _ in range(r.train.epochs):
-            order = torch.randperm(batch.batch_size, generator=self.shuffle_generator)
-            for rows in order.chunk(r.train.minibatches):
-                minibatch = batch.select(rows)
-                counts = StepCounts.from_mask(minibatch.response_mask, self.max_new_tokens)
-                for part in _micro_slices(len(rows), r.train.micro_batch_size):
-                    micro = minibatch.select(torch.arange(len(rows))[part])
-                    stats = self._backward(micro, counts, policy_frozen)
-                    w = float(micro.response_mask.sum())
-                    weight_total += w
-                    for k, v in stats.items():
-                        sums[k] = sums.get(k, 0.0) + w * v
-                if not policy_frozen:
-                    clip = r.optim.grad_clip or math.inf
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, clip)))
-                    self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                if self.critic is not None:
-                    torch.nn.utils.clip_grad_norm_(self.critic.parameters(), r.optim.grad_clip or math.inf)
-                    self.critic_optimizer.step()
-                    self.critic_optimizer.zero_grad(set_to_none=True)
-        self.policy.eval()
-        out = {k: v / max(weight_total, 1e-9) for k, v in sums.items()}
-        if grad_norms:
-            out["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
-        return out
+    @torch.no_grad()
+    def policy_logp(self, batch) -> torch.Tensor:
+        return self.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                                        batch.response_mask, temperature=self.recipe.rollout.temperature)["logp"]
 
-    def _backward(self, micro, counts: StepCounts, policy_frozen: bool) -> dict[str, float]:
-        r = self.recipe
-        mask = micro.mask
-        stats: dict[str, float] = {}
-        if not policy_frozen:
-            fw = self.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                                          micro.response_mask, temperature=r.rollout.temperature,
-                                          return_entropy=True)
-            logp, entropy = fw["logp"], fw["entropy"]
-            out = self.policy_loss(logp, micro)
-            loss = self.aggregation(out.token_loss, mask, counts)
-            n = mask.sum().clamp_min(1)
-            if r.kl.coef > 0:
-                kl = self.divergence(logp, micro.ref_logp)
-                loss = loss + r.kl.coef * self.aggregation(kl, mask, counts)
-                stats["policy/kl_ref"] = float((kl * mask).sum() / n)
-            if r.entropy_coef:
-                loss = loss - r.entropy_coef * self.aggregation(entropy, mask, counts)
-            loss.backward()
-            delta = (micro.old_logp - logp.detach()) * mask
-            stats["policy/kl_old"] = float(delta.sum() / n)
-            stats["policy/entropy"] = float((entropy.detach() * mask).sum() / n)
-            stats["loss/policy"] = float(loss.detach())
-            stats.update({f"policy/{k}": float(v) for k, v in out.metrics.items()})
-        if self.critic is not None:
-            values = self.critic(micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask)
-            vloss = self.aggregation(clipped_value_loss(values, micro.values, micro.returns, r.critic.value_clip),
-                                     mask, counts)
-            vloss.backward()
-            stats["loss/value"] = float(vloss)
-        return stats
+    def adapt_kl(self, row: dict) -> None:
+        """Adaptive KL controller on whichever KL coefficient is in use (loss term or KL-in-reward)."""
+        k = self.recipe.kl
+        if k.target is None:
+            return
+        in_reward = self.kl_coef == 0 and getattr(self.advantage, "kl_coef", 0) > 0
+        observed = row.get("policy/kl_ref" if not in_reward else "kl/behaviour_ref")
+        if observed is None:
+            return
+        error = max(-0.2, min(0.2, observed / k.target - 1))
+        factor = 1 + error * self.recipe.rollout.prompts_per_step * self.recipe.rollout.samples_per_prompt / k.horizon
+        if in_reward:
+            self.advantage.kl_coef *= factor
+            row["kl/coef"] = self.advantage.kl_coef
+        else:
+            self.kl_coef *= factor
+            row["kl/coef"] = self.kl_coef
 
     # ----------------------------------------------------------------- loop
     def evaluate(self) -> dict[str, float]:

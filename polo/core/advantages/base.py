@@ -15,6 +15,7 @@ from polo.core.registry import Component
 class AdvantageResult:
     advantages: Tensor  # [B,T], zero where response_mask == 0
     returns: Tensor | None = None  # [B,T] critic targets (GAE) or None
+    keep: Tensor | None = None  # [B] bool: rows that enter the loss (None: all), e.g. MC-GRPO drops its pivot
 
 
 class AdvantageEstimator(Component):

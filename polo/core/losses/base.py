@@ -15,6 +15,10 @@ from polo.core.segment import masked_mean
 class LossOutput:
     token_loss: Tensor  # [B,T] per-token loss to be aggregated (minimized)
     metrics: dict[str, Tensor]  # detached scalar diagnostics, means over valid tokens
+    loss: Tensor | None = None
+    """Scalar objective for losses that are not a sum of token terms (e.g. per-question DRPO): normalized
+    over this micro-batch's whole groups; the trainer then skips aggregation and weights it by the
+    micro-batch's share of the minibatch rows. ``token_loss`` still carries per-token values for metrics."""
 
 
 class PolicyLoss(Component):
