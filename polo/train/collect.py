@@ -26,10 +26,12 @@ class Collected:
         return self.batch.extras["correct"].bool()
 
     def select_groups(self, keep_group: torch.Tensor) -> "Collected":
-        """The rows of the groups where ``keep_group[g]`` is true (groups numbered 0..n−1)."""
+        """The rows of the groups where ``keep_group[g]`` is true; kept groups are renumbered 0..k−1."""
         rows = keep_group[self.batch.group]
         idx = rows.nonzero().squeeze(-1).tolist()
-        return Collected(self.batch.select(rows), [self.completions[i] for i in idx], [self.examples[i] for i in idx])
+        batch = self.batch.select(rows)
+        batch.group = torch.unique(batch.group, return_inverse=True)[1]
+        return Collected(batch, [self.completions[i] for i in idx], [self.examples[i] for i in idx])
 
     @staticmethod
     def concat(parts: list["Collected"]) -> "Collected":
