@@ -101,15 +101,18 @@ class Policy(nn.Module):
 
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool = False, return_full: bool = False,
-                     hidden_layer: int | None = None) -> dict[str, Tensor]:
+                     hidden_layer: int | None = None, allow: Tensor | None = None) -> dict[str, Tensor]:
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(logits / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution, ``logprobs_full`` ``[B, T, V]`` (the whole log-softmax) and ``hidden``
-        ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
+        ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings). ``allow`` ``[B, T, V]``
+        restricts the distribution to the allowed tokens (NLPO's action mask), renormalized."""
         T = response_ids.shape[1]
         out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
                          logits_to_keep=T + 1, output_hidden_states=hidden_layer is not None)
         logits = out.logits[:, :-1].float() / temperature  # position t-1 predicts response token t
+        if allow is not None:
+            logits = logits.masked_fill(~allow[..., : logits.shape[-1]], float("-inf"))
         masked = ~response_mask.bool()
         result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
         if return_entropy:

@@ -27,6 +27,7 @@ class SampleOutput:
     response_mask: Tensor  # [B, T] 1 on generated tokens (stop token included)
     logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
     truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
+    allow: Tensor | None = None  # [B, T, V] bool: the action mask each token was sampled under (NLPO)
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
@@ -44,10 +45,12 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 @torch.no_grad()
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
-           generator: torch.Generator | None = None) -> SampleOutput:
+           generator: torch.Generator | None = None, action_mask=None) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
-    ``temperature == 0`` means greedy (log-probs then use temperature 1).
+    ``temperature == 0`` means greedy (log-probs then use temperature 1). ``action_mask`` (a
+    ``polo.rollout.action_mask.NucleusActionMask``) restricts every step to the allowed tokens; log-probs
+    are then those of the renormalized policy and the masks are returned in ``allow``.
     """
     device = policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
@@ -67,10 +70,18 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     inputs = {"input_ids": prompt_ids, "position_ids": positions(prompt_mask)}
     next_position = prompt_mask.sum(-1, keepdim=True)
     steps = 0
+    out_allow = None
+    if action_mask is not None:
+        action_mask.reset()
+        out_allow = torch.ones(B, max_new_tokens, policy.hf_model.config.vocab_size, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         logits = policy.model(**inputs, attention_mask=attention[:, : Tp + t], use_cache=True, logits_to_keep=1,
                               **{_CACHE_ARG: cache}).logits[:, -1]
         z = logits.float() / temperature
+        if action_mask is not None:
+            allow = action_mask(inputs, attention[:, : Tp + t], _CACHE_ARG)[:, : z.shape[-1]]
+            z = z.masked_fill(~allow, float("-inf"))
+            out_allow[rows[alive], t, : z.shape[-1]] = allow[alive]
         token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
         out_ids[rows, t] = token.masked_fill(~alive, policy.pad_token_id)
         out_logp[rows, t] = token_logp(z, token).masked_fill(~alive, 0.0)
@@ -86,10 +97,13 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         if len(rows) - n_alive >= max(1, len(rows) // COMPACT_FRACTION):
             keep = alive.nonzero().squeeze(1)
             cache.batch_select_indices(keep)
+            if action_mask is not None:
+                action_mask.select(keep)
             rows, alive, token, attention, next_position = (
                 x[keep] for x in (rows, alive, token, attention, next_position))
         inputs = {"input_ids": token[:, None], "position_ids": next_position}
         next_position = next_position + 1
 
     mask = torch.arange(steps, device=device) < length[:, None]
-    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], truncated)
+    allow = out_allow[:, :steps] if out_allow is not None else None
+    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], truncated, allow)

@@ -50,6 +50,7 @@ def collect(
     generator: torch.Generator,
     samples_per_prompt: int | None = None,
     greedy: bool = False,
+    action_mask=None,
 ) -> Collected:
     """Sample ``samples_per_prompt`` completions for each example (consecutive rows form a group).
 
@@ -70,6 +71,7 @@ def collect(
         top_k=rollout.top_k,
         greedy=greedy,
         generator=generator,
+        action_mask=action_mask,
     )
     completions = policy.decode(out.response_ids, out.response_mask)
     rewards, names, weights = score(task, reward_specs, repeated, completions)
@@ -87,4 +89,6 @@ def collect(
         old_logp=out.logp,
         extras={"correct": correct, "prompt_index": torch.tensor(prompt_index).repeat_interleave(G)},
     )
+    if out.allow is not None:
+        batch.extras["allow"] = out.allow
     return Collected(batch, completions, repeated)

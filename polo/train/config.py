@@ -41,6 +41,15 @@ class WarmStart(Section):
     """Distinct training problems shown (a small set keeps the warm start imperfect)."""
 
 
+class ActionMask(Section):
+    """NLPO: sample and train within the top-p nucleus of a masking policy (a copy of the policy
+    refreshed every ``sync_every`` steps); single_turn_rewards_guidance_preference.md §16."""
+
+    top_p: float = Field(0.9, gt=0, le=1)
+    min_tokens_to_keep: int = Field(1, ge=1)
+    sync_every: int = Field(5, ge=1)
+
+
 class Rollout(Section):
     prompts_per_step: int = Field(64, gt=0)
     samples_per_prompt: int = Field(8, gt=0)
@@ -49,6 +58,7 @@ class Rollout(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
+    action_mask: ActionMask | None = None
     mask_truncated: bool = False
     """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
 

@@ -44,7 +44,7 @@ def provide_inputs(trainer, got, needs: set[str]) -> None:
         layer = hidden_layer(trainer.components.values()) if "hidden" in needs else None
         full = bool(needs & {"sum_pi_sq", "old_dist"})
         out = policy.forward_logp(*args, temperature=temp, return_entropy="entropy_old" in needs,
-                                  return_full=full, hidden_layer=layer)
+                                  return_full=full, hidden_layer=layer, allow=batch.extras.get("allow"))
         if "rollout_logp" in needs:
             batch.extras["rollout_logp"] = batch.old_logp
             batch.old_logp = out["logp"]

@@ -21,6 +21,7 @@ from polo.core.batch import concat_batches
 from polo.core.context import StepContext
 from polo.policy.policy import Policy, ValueModel
 from polo.policy.reference import frozen_copy
+from polo.rollout.action_mask import NucleusActionMask
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec
 from polo.train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
@@ -86,6 +87,9 @@ class Trainer:
         self.sample_generator = torch.Generator().manual_seed(recipe.seed + 1)
         self.shuffle_generator = torch.Generator().manual_seed(recipe.seed + 2)
         self.replay: list = []
+        am = recipe.rollout.action_mask
+        self.mask_policy = frozen_copy(self.policy) if am is not None else None
+        self.action_mask = NucleusActionMask(self.mask_policy, am.top_p, am.min_tokens_to_keep) if am else None
         self.step_count = 0
         self.elapsed = 0.0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
@@ -125,6 +129,8 @@ class Trainer:
             "advantage_config": self.advantage.model_dump(),
             "replay": self.replay,
         }
+        if self.mask_policy is not None:
+            weights["mask_policy"] = self.mask_policy.state_dict()
         for name, opt in self.critic_optimizers.items():
             weights[name] = getattr(self, name).state_dict()
             state[f"{name}_optimizer"] = opt.state_dict()
@@ -150,6 +156,8 @@ class Trainer:
             comp.load_state_dict(state["components"][name])
         for key, value in state["advantage_config"].items():
             setattr(self.advantage, key, value)
+        if self.mask_policy is not None:
+            self.mask_policy.load_state_dict(weights["mask_policy"])
         for name, opt in self.critic_optimizers.items():
             getattr(self, name).load_state_dict(weights[name])
             opt.load_state_dict(state[f"{name}_optimizer"])
@@ -161,7 +169,7 @@ class Trainer:
     # ----------------------------------------------------------------- one step
     def generate(self, examples, indices):
         return collect(self.policy, self.task, self.reward_specs, examples, indices, self.recipe.rollout,
-                       self.max_new_tokens, self.sample_generator)
+                       self.max_new_tokens, self.sample_generator, action_mask=self.action_mask)
 
     def step(self) -> dict[str, float]:
         r, c = self.recipe, self.components
@@ -206,6 +214,8 @@ class Trainer:
         for name, comp in c.items():
             row.update(comp.after_update(batch, context))
         self.adapt_kl(row)
+        if self.mask_policy is not None and (self.step_count + 1) % r.rollout.action_mask.sync_every == 0:
+            self.mask_policy.load_state_dict(self.policy.state_dict())
         timings["hooks"] = time.perf_counter() - t
 
         row["optim/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -219,7 +229,8 @@ class Trainer:
     @torch.no_grad()
     def policy_logp(self, batch) -> torch.Tensor:
         return self.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                        batch.response_mask, temperature=self.recipe.rollout.temperature)["logp"]
+                                        batch.response_mask, temperature=self.recipe.rollout.temperature,
+                                        allow=batch.extras.get("allow"))["logp"]
 
     def adapt_kl(self, row: dict) -> None:
         """Adaptive KL controller on whichever KL coefficient is in use (loss term or KL-in-reward)."""

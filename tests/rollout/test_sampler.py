@@ -81,3 +81,21 @@ def test_top_k_one_and_tiny_top_p_are_greedy(policy):
     _, _, greedy = run(policy, greedy=True)
     for kwargs in ({"top_k": 1}, {"top_p": 1e-6}, {"temperature": 0.0}):
         assert torch.equal(run(policy, **kwargs)[2].response_ids, greedy.response_ids), kwargs
+
+
+def test_action_mask_restricts_sampling_and_logp_matches_forward():
+    """NLPO: tokens come from the masking policy's nucleus; trainer log-probs under the same mask agree."""
+    from polo.policy.reference import frozen_copy
+    from polo.rollout.action_mask import NucleusActionMask
+
+    policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))
+    ids, mask = policy.encode_prompts(["12+3=", "7+45="])
+    mask_policy = frozen_copy(policy)
+    out = sample(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0),
+                 action_mask=NucleusActionMask(mask_policy, top_p=0.3))
+    assert out.allow is not None and out.allow.shape[:2] == out.response_ids.shape
+    taken = out.allow.gather(-1, out.response_ids[..., None]).squeeze(-1)
+    assert taken[out.response_mask.bool()].all()
+    assert (out.allow.sum(-1)[out.response_mask.bool()] < out.allow.shape[-1]).any()
+    fw = policy.forward_logp(ids, mask, out.response_ids, out.response_mask, allow=out.allow)
+    assert torch.allclose(fw["logp"], out.logp, atol=1e-5)
