@@ -42,3 +42,12 @@ class K3(Divergence):
 
     def estimate(self, delta: Tensor) -> Tensor:
         return torch.expm1(-delta) + delta
+
+
+@DIVERGENCES.register("hellinger")
+class Hellinger(Divergence):
+    """``1 − exp(−Δ/2) = 1 − sqrt(π_ref/π)``: unbiased for the squared Hellinger distance
+    ``H² = 1 − Σ_v sqrt(π(v)·π_ref(v))`` under samples of π (not non-negative per token; DGPO, spec §15)."""
+
+    def estimate(self, delta: Tensor) -> Tensor:
+        return -torch.expm1(-delta / 2)

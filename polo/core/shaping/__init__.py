@@ -1,4 +1,5 @@
 """Reward shaping: extra reward components computed from the rollouts (registered in ``SHAPING``)."""
 from polo.core.shaping.base import RewardShaping
+from polo.core.shaping import overlong  # noqa: F401  (registers)
 
 __all__ = ["RewardShaping"]

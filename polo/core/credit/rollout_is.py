@@ -1,0 +1,44 @@
+"""Rollout correction: importance weights between the rollout engine and the trainer's recompute."""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+from torch import Tensor
+
+from polo.core.batch import RolloutBatch
+from polo.core.credit.base import TokenCredit
+from polo.core.registry import CREDIT
+
+
+@CREDIT.register("rollout_is")
+class RolloutIS(TokenCredit):
+    """Weights from ``log w_t = clamp(old_logp_t − rollout_logp_t, −20, 20)`` (old_logp: the trainer's
+    recompute; rollout_logp: the engine's, ``extras["rollout_logp"]``), with cap C:
+
+    * ``tis``: ``w_t = min(exp(log w_t), C)`` (truncated token IS);
+    * ``seq_tis``: ``w_i = min(exp(clamp(Σ_t m·log w_t, −20, 20)), C)`` on every token of row i;
+    * ``mask``: ``w_t = 1`` if ``exp(log w_t) ∈ [1/C, C]`` else 0 (token rejection sampling). Rejected tokens
+      lose their advantage but still count in the aggregation denominator.
+
+    Multiplying the advantage by w ≥ 0 equals weighting the clipped PPO token loss by w.
+    verl rollout correction (``verl/trainer/ppo/rollout_corr_helper.py``: token / sequence truncate, mask
+    with lower bound 1/upper; Liu, Li et al. 2025, "When Speed Kills Stability").
+    """
+
+    provenance = "CODE"
+    requires = frozenset({"old_logp", "rollout_logp"})
+
+    mode: Literal["tis", "seq_tis", "mask"] = "tis"
+    cap: float = Field(default=2.0, gt=1)
+
+    def __call__(self, batch: RolloutBatch) -> Tensor:
+        mask = batch.mask
+        log_w = (batch.old_logp - batch.extras["rollout_logp"].to(mask)).clamp(-20, 20) * mask
+        if self.mode == "seq_tis":
+            log_w = log_w.sum(-1, keepdim=True).clamp(-20, 20).expand_as(mask)
+        w = log_w.exp()
+        if self.mode == "mask":
+            return ((w >= 1 / self.cap) & (w <= self.cap)).to(mask) * mask
+        return w.clamp(max=self.cap) * mask

@@ -1,0 +1,36 @@
+import math
+
+import pytest
+import torch
+
+from polo.core.credit.rollout_is import RolloutIS
+from polo.core.registry import CREDIT, ConfigError
+
+from .helpers import build_batch, close
+
+LOG_W = [[0.5, -1.0, 1.0, 0.0], [30.0, 0.0, 0.0, 0.0]]  # old_logp − rollout_logp
+
+
+def batch(mask=((1, 1, 1, 1), (1, 1, 0, 0))):
+    old = torch.full((2, 4), -1.0, dtype=torch.float64)
+    b = build_batch([0.0, 0.0], mask=torch.tensor(mask), old_logp=old, advantages=torch.ones(2, 4))
+    b.extras["rollout_logp"] = old - torch.tensor(LOG_W, dtype=torch.float64)
+    return b
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("tis", [[math.exp(0.5), math.exp(-1.0), 2.0, 1.0], [2.0, 1.0, 0.0, 0.0]]),
+    ("seq_tis", [[math.exp(0.5)] * 4, [2.0, 2.0, 0.0, 0.0]]),
+    ("mask", [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0]]),
+])
+def test_modes(mode, expected):
+    close(RolloutIS(mode=mode)(batch()), expected)
+
+
+def test_fully_masked_row_and_needs():
+    for mode in ("tis", "seq_tis", "mask"):
+        w = RolloutIS(mode=mode)(batch(mask=((1, 1, 1, 1), (0, 0, 0, 0))))
+        assert torch.isfinite(w).all() and (w[1] == 0).all()
+    assert RolloutIS().needs() == {"old_logp", "rollout_logp"}
+    with pytest.raises(ConfigError, match="cap"):
+        CREDIT.build({"name": "rollout_is", "cap": 0.5})

@@ -1,0 +1,41 @@
+import math
+
+import torch
+
+from polo.core.losses.cov import ClipCov, KLCov, centered_covariance
+
+from .helpers import close
+from .zoo_helpers import ratio_batch
+
+ADV = [3.0, -1.0, -1.0, -1.0]
+LOGP = [-0.5, -2.0, -2.0, -1.5]  # cov = (A − 0)·(logp + 1.5) = [3, 0.5, 0.5, 0]
+
+
+def test_covariance():
+    close(centered_covariance(torch.tensor([ADV]), torch.tensor([LOGP]), torch.ones(1, 4))[0], [3.0, 0.5, 0.5, 0.0])
+
+
+def test_clip_cov_detaches_the_high_covariance_token():
+    logp, batch = ratio_batch([1.0, 1.1, 0.9, 1.0], ADV, logp=LOGP)
+    out = ClipCov()(logp, batch)
+    out.token_loss.sum().backward()
+    close(out.token_loss[0].detach(), [0.0, 1.1, 0.9, 1.0])
+    close(logp.grad[0], [0.0, 1.1, 0.9, 1.0])
+    close(out.metrics["cov_drop_frac"], 0.25)
+
+
+def test_clip_cov_leaves_clipped_and_out_of_band_tokens_alone():
+    logp, batch = ratio_batch([1.5, 1.0, 1.0, 1.0], ADV, logp=LOGP)
+    out = ClipCov()(logp, batch)  # token 0 already clipped by PPO: not a candidate
+    close(out.token_loss[0].detach(), [-3.6, 1.0, 1.0, 1.0])
+    logp, batch = ratio_batch([1.0] * 4, ADV, logp=LOGP)
+    close(ClipCov(cov_ub=2.0)(logp, batch).token_loss[0].detach(), [-3.0, 1.0, 1.0, 1.0])
+
+
+def test_kl_cov_penalizes_the_top_covariance_token():
+    logp, batch = ratio_batch([math.exp(0.1), 1.2, 0.8, 1.0], ADV, logp=LOGP)
+    out = KLCov()(logp, batch)
+    out.token_loss.sum().backward()
+    close(out.token_loss[0].detach(), [-3 * math.exp(0.1) + 0.1, 1.2, 0.8, 1.0])  # no clipping elsewhere
+    close(logp.grad[0], [-3 * math.exp(0.1) + 1.0, 1.2, 0.8, 1.0])
+    close(out.metrics["kl_cov_frac"], 0.25)

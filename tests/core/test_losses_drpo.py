@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+from polo.core.losses.drpo import DRPO
+from polo.core.registry import POLICY_LOSSES, ConfigError
+
+from .helpers import build_batch, close
+
+
+def drpo_batch(scores, lengths, correct, group=None, width=1000, old_shift=0.0):
+    """One leaf score per row, repeated over its ``lengths`` tokens (so s_i = score_i)."""
+    s = torch.tensor(scores, dtype=torch.float64, requires_grad=True)
+    mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).double()
+    logp = s[:, None].expand(-1, width)
+    batch = build_batch(correct, group=group, mask=mask, old_logp=logp.detach() + old_shift,
+                        advantages=torch.zeros_like(mask))
+    batch.extras["correct"] = torch.tensor(correct, dtype=torch.float64)
+    return s, logp, batch
+
+
+def test_spec_16_example_value_and_score_gradients():
+    s, logp, batch = drpo_batch([-0.5, -0.7, -0.9, -1.2], [100, 300, 200, 400], [1.0, 1.0, 0.0, 0.0])
+    out = DRPO()(logp, batch)
+    close(out.loss.detach(), 6.4064)  # −J
+    close(out.metrics["drpo_objective"], -6.4064)
+    out.loss.backward()
+    close(-s.grad, [0.8808, 0.1192, -0.5075, -0.4925])  # ∂J/∂s: q on positives, −softmax(s/τ) on negatives
+    close((out.token_loss * batch.mask).sum(), 6.4064)
+
+
+def test_spec_16_trust_region_multiplier():
+    s, logp, batch = drpo_batch([-0.5, -0.7, -0.9, -1.2], [100, 300, 200, 400], [1.0, 1.0, 0.0, 0.0],
+                                old_shift=3e-4)
+    out = DRPO()(logp, batch)
+    close(out.metrics["kl_old"], 3e-4)
+    close(out.metrics["trust_region_multiplier"], 0.2)
+    out.loss.backward()
+    pull = 0.2 * torch.tensor([100, 300, 200, 400]) / 1000  # −∂(0.2·KL)/∂s_i = 0.2·T_i/N pulls logp back up
+    close(-s.grad, torch.tensor([0.8808, 0.1192, -0.5075, -0.4925]) + pull)
+
+
+def test_spec_16_positive_weights_are_never_negative():
+    lengths = [100, 500, 950, 300, 600, 1000]
+    s, logp, batch = drpo_batch([-1.0] * 6, lengths, [1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    DRPO()(logp, batch).loss.backward()
+    close(-s.grad[:3], [0.9818, 0.0180, 0.0002])
+
+
+def test_groups_without_both_outcomes_are_skipped_but_counted():
+    s, logp, batch = drpo_batch([-0.5, -0.7, -0.9, -1.2, -0.3, -0.4, -2.0], [100, 300, 200, 400, 50, 60, 70],
+                                [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0], group=[0, 0, 0, 0, 1, 1, 2])
+    out = DRPO()(logp, batch)
+    close(out.loss.detach(), 6.4064 / 3)  # P_all = 3 groups; the all-correct and singleton groups add 0
+    close(out.metrics["groups_used"], 1 / 3)
+    out.loss.backward()
+    close(-s.grad[:4] * 3, [0.8808, 0.1192, -0.5075, -0.4925])
+    assert (s.grad[4:] == 0).all()
+
+
+def test_k3_trust_region_and_validation():
+    s, logp, batch = drpo_batch([-0.5, -0.9], [10, 10], [1.0, 0.0], width=10, old_shift=0.1)
+    out = DRPO(kl_type="k3")(logp, batch)
+    close(out.metrics["kl_old"], torch.tensor(-0.1).exp() - 1 + 0.1)
+    with pytest.raises(ConfigError, match="kl_type"):
+        POLICY_LOSSES.build({"name": "drpo", "kl_type": "k9"})

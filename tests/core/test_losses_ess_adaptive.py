@@ -1,0 +1,33 @@
+import torch
+
+from polo.core.losses.ess_adaptive import ESSAdaptive, effective_sample_size
+
+from .helpers import close
+from .zoo_helpers import ratio_batch, token_mean_backward
+
+LOGP = [[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]]
+OLD = torch.tensor([[-1.1, -0.5, -1.5], [-0.3, -1.0, -0.9]], dtype=torch.float64)
+
+
+def test_spec_18_example():
+    logp, batch = ratio_batch((torch.tensor(LOGP, dtype=torch.float64) - OLD).exp(), [[1.0] * 3, [-1.0] * 3],
+                              logp=LOGP)
+    out = ESSAdaptive()(logp, batch)
+    close(out.metrics["ess"], 0.9587)
+    loss, grad = token_mean_backward(out, logp, batch)
+    close(loss, 0.1197)
+    close(grad, [[-0.1591, -0.1598, -0.1056], [0.1598, 0.1349, 0.1610]])
+    kl_term = (1 - out.metrics["ess"]) * ((torch.tensor(LOGP) - OLD) + torch.expm1(OLD - torch.tensor(LOGP))).sum() / 6
+    close(kl_term, 0.0013)
+
+
+def test_fresh_data_is_plain_reinforce():
+    logp, batch = ratio_batch([1.0, 1.0], [2.0, -1.0], logp=[-0.5, -2.0])
+    out = ESSAdaptive()(logp, batch)
+    close(out.metrics["ess"], 1.0)
+    close(out.token_loss[0].detach(), [1.0, -2.0])
+
+
+def test_ess_is_one_without_valid_tokens():
+    assert effective_sample_size(torch.tensor([[5.0]]), torch.zeros(1, 1)) == 1.0
+    close(effective_sample_size(torch.tensor([[1.0, 3.0]], dtype=torch.float64), torch.ones(1, 2)), 16 / 20)

@@ -1,0 +1,28 @@
+import math
+
+import pytest
+
+from polo.core.losses.gmpo import GMPO
+
+from .helpers import close
+from .zoo_helpers import ratio_batch
+
+DELTA = [0.5, -0.1, 0.2]
+
+
+@pytest.mark.parametrize("adv, mean_log_ratio, grad_tokens", [(1.0, 0.4 / 3 + 0.1 / 3, [0, 1, 1]),
+                                                               (-1.0, 0.2, [1, 1, 1])])
+def test_log_space_token_clip_and_geometric_mean(adv, mean_log_ratio, grad_tokens):
+    logp, batch = ratio_batch([math.exp(d) for d in DELTA], [adv] * 3)
+    out = GMPO()(logp, batch)
+    rho = math.exp(mean_log_ratio)
+    close(out.token_loss[0].detach(), [-adv * rho] * 3)
+    out.token_loss[0].mean().backward()  # seq_mean_token_mean of one row
+    close(logp.grad[0], [-adv * rho / 3 * g for g in grad_tokens])
+    close(out.metrics["clip_frac_high" if adv > 0 else "clip_frac_low"], 1 / 3)
+
+
+def test_rows_are_independent_and_masks_respected():
+    logp, batch = ratio_batch([[1.0, 5.0], [1.0, 1.0]], [[2.0, 2.0], [-1.0, -1.0]], mask=[[1, 0], [1, 1]])
+    out = GMPO()(logp, batch)
+    close(out.token_loss.detach(), [[-2.0, 0.0], [1.0, 1.0]])

@@ -1,0 +1,25 @@
+import torch
+
+import polo.core.shaping  # noqa: F401  (registers)
+from polo.core.registry import SHAPING
+
+from .helpers import build_batch, close
+
+
+def lengths_batch(lengths, width):
+    mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    return build_batch([0.0] * len(lengths), mask=mask)
+
+
+def test_spec_4_example():
+    shaping = SHAPING.build({"name": "overlong", "max_length": 20480, "buffer": 4096, "factor": 1.0})
+    penalty = shaping(lengths_batch([10000, 17000, 20480, 15000], 20480), max_new_tokens=99999)
+    close(penalty, [0.0, -0.1504, -1.0, 0.0])
+    close(penalty + torch.tensor([1.0, 1.0, -1.0, -1.0], dtype=torch.float64), [1.0, 0.8496, -2.0, -1.0])
+
+
+def test_defaults_follow_the_generation_limit():
+    shaping = SHAPING.build("overlong")  # L_max = max_new_tokens = 10, L_buf = 2
+    close(shaping(lengths_batch([7, 8, 9, 10, 0], 10), max_new_tokens=10), [0.0, 0.0, -0.5, -1.0, 0.0])
+    assert shaping.needs() == set() and shaping.weight == 1.0
+    close(SHAPING.build({"name": "overlong", "factor": 0.5})(lengths_batch([10], 10), 10), [-0.5])
