@@ -10,17 +10,22 @@ from polo.core.registry import ADVANTAGES
 from polo.core.segment import masked_whiten
 
 
-def gae(tok_r: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> Tensor:
-    """Backward over t: ``δ_t = r_t + γ·V_next − V_t``, ``A_t = δ_t + γλ·A_next``; V_next = A_next = 0 at the end.
+def gae(
+    tok_r: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float, exponent: Tensor | None = None
+) -> Tensor:
+    """Backward over t: ``δ_t = r_t + γ^ρ_t·V_next − V_t``, ``A_t = δ_t + (γλ)^ρ_t·A_next``; V_next = A_next = 0
+    at the end. ``exponent`` ρ ``[B,T]`` is the per-token discount exponent (information time, §11); None: ρ = 1.
 
     Masked positions are skipped: V_next and A_next are carried over them, so a tool/observation
     token inside a row does not break the recursion. Returns A ``[B,T]``, zero where ``mask == 0``.
     """
     valid = mask.bool()
+    rho = torch.ones_like(tok_r) if exponent is None else exponent.to(tok_r)
+    discount, trace = gamma**rho, (gamma * lam) ** rho
     next_v = next_a = tok_r.new_zeros(tok_r.shape[0])
     out = []
     for t in reversed(range(tok_r.shape[1])):
-        a = tok_r[:, t] + gamma * next_v - values[:, t] + gamma * lam * next_a
+        a = tok_r[:, t] + discount[:, t] * next_v - values[:, t] + trace[:, t] * next_a
         next_a = torch.where(valid[:, t], a, next_a)
         next_v = torch.where(valid[:, t], values[:, t], next_v)
         out.append(next_a)
@@ -40,10 +45,14 @@ class GAE(TokenRewardAdvantage):
     lam: float = 1.0
     whiten: bool = True
 
+    def discount_exponent(self, batch: RolloutBatch) -> Tensor | None:
+        """Per-token discount exponent ρ ``[B,T]`` for ``gae`` (None: token time)."""
+        return None
+
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         mask = batch.mask
         tok_r = self.token_rewards(batch, batch.scalar_reward().to(mask))
-        adv = gae(tok_r, batch.values, mask, self.gamma, self.lam)
+        adv = gae(tok_r, batch.values, mask, self.gamma, self.lam, self.discount_exponent(batch))
         returns = (adv + batch.values) * mask
         if self.whiten:
             adv = masked_whiten(adv, mask) * mask

@@ -1,0 +1,44 @@
+import pytest
+import torch
+
+from polo.core.advantages.mc_grpo import MCGRPO
+
+from .helpers import build_batch, close
+
+
+@pytest.mark.parametrize(
+    "rewards, expected, kept",
+    [
+        ([1.0, 0.0, 0.0], [1000.0, 0.0, 0.0], [0, 1]),  # G = 2 (§13 e)
+        ([0.9, 0.2, 0.5, 0.4, 0.7], [1.9900, -1.4925, 0.0, -0.4975, 0.9950], [0, 1, 3, 4]),
+        ([1.0, 1.0, 0.0, 0.0, 1.0], [0.0, 0.0, -1000.0, -1000.0, 0.0], [1, 2, 3, 4]),
+    ],
+)
+def test_spec_13_examples(rewards, expected, kept):
+    out = MCGRPO()(build_batch(rewards))
+    close(out.advantages[:, 0], expected)
+    assert out.keep.nonzero().squeeze(-1).tolist() == kept
+
+
+def test_pivot_matches_torch_median_per_group_and_scale_none():
+    torch.manual_seed(0)
+    rewards = torch.randint(0, 4, (21,)).double() / 3  # many ties
+    group = torch.arange(21) % 3  # interleaved groups of 7
+    out = MCGRPO(scale="none")(build_batch(rewards, group))
+    for g in range(3):
+        rows = (group == g).nonzero().squeeze(-1)
+        median, index = rewards[rows].median(0)
+        close(out.advantages[rows, 0], rewards[rows] - median)
+        assert out.keep[rows].tolist() == [j != int(index) for j in range(7)]
+
+
+def test_singleton_and_all_equal_groups():
+    out = MCGRPO()(build_batch([0.4, 1.0, 1.0, 1.0], group=[5, 2, 2, 2]))
+    close(out.advantages[:, 0], [0.4, 0.0, 0.0, 0.0])  # singleton: raw reward, kept
+    assert out.keep.tolist() == [True, True, False, True]  # ties: the middle index is the pivot
+
+
+def test_fully_masked_row_and_broadcast():
+    out = MCGRPO()(build_batch([1.0, 0.0, 0.5], mask=[[1, 1], [0, 0], [1, 0]]))
+    assert torch.isfinite(out.advantages).all() and (out.advantages[1] == 0).all()
+    assert out.advantages[2, 1] == 0 and out.advantages[0, 0] == out.advantages[0, 1]

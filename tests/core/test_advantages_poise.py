@@ -1,0 +1,98 @@
+import pytest
+import torch
+
+from polo.core.advantages.linear_probe import fit_probe, pca_projection, predict_probe
+from polo.core.advantages.poise import POISEProbe, last_tokens, pair_partner
+from polo.core.batch import RolloutBatch
+from polo.core.context import StepContext
+
+from .helpers import close
+
+CONTEXT = StepContext(1, lambda b: torch.zeros(b.response_ids.shape), 1e-3)
+
+
+def poise_batch(rewards, group, hidden_response, d=1, Tp=3, T=4, lengths=None, entropy=None):
+    """hidden: prompt positions 0, response positions ``hidden_response[i]`` (scalar or [d])."""
+    B = len(rewards)
+    lengths = lengths or [T] * B
+    hidden = torch.zeros(B, Tp + T, d, dtype=torch.float64)
+    hidden[:, Tp:] = torch.as_tensor(hidden_response, dtype=torch.float64).view(B, 1, -1)
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long()
+    return RolloutBatch(
+        prompt_ids=torch.ones(B, Tp, dtype=torch.long), prompt_mask=torch.ones(B, Tp, dtype=torch.long),
+        response_ids=torch.ones(B, T, dtype=torch.long), response_mask=mask, group=torch.tensor(group),
+        rewards=torch.tensor(rewards, dtype=torch.float64),
+        extras={"hidden": hidden, "entropy_old": torch.ones(B, T) if entropy is None else torch.as_tensor(entropy)},
+    )
+
+
+def test_spec_20_cross_rollout_advantages():
+    # rows: (prompt 0: y¹, y²), (prompt 1: y¹, y²); the probe reads the response-pooled hidden state
+    est = POISEProbe()
+    est._probe = {"mean": torch.zeros(5, dtype=torch.float64), "scale": torch.ones(5, dtype=torch.float64),
+                  "projection": torch.eye(5, dtype=torch.float64), "bias": torch.tensor(0.0, dtype=torch.float64),
+                  "weight": torch.tensor([0, 1.0, 0, 0, 0], dtype=torch.float64)}
+    batch = poise_batch([1.0, 0.0, 0.0, 0.0], [0, 0, 1, 1], [0.62, 0.48, 0.15, 0.22])
+    close(est(batch).advantages[:, 0], [0.5200, -0.6200, -0.2200, -0.1500])
+
+
+def test_spec_20_probe_fit():
+    x = torch.tensor([[0.2, 1.0], [0.4, 0.5], [0.9, 0.1], [0.7, 0.3]], dtype=torch.float64)
+    probe = fit_probe(x, torch.tensor([0.0, 0.0, 1.0, 1.0]), 0.01, [(0, 2, None)])
+    close(probe["weight"], [0.8163, 0.3697])
+    close(probe["bias"], 0.5)
+    close(predict_probe(probe, torch.tensor([[0.8, 0.2]])), [0.9539])
+    close(predict_probe(probe, torch.tensor([[5.0, -5.0]])), [1.0])  # clipped to [0, 1]
+
+
+def test_pca_blocks_keep_the_top_directions():
+    torch.manual_seed(0)
+    z = torch.randn(50, 3, dtype=torch.float64) @ torch.diag(torch.tensor([5.0, 1.0, 0.1], dtype=torch.float64))
+    p = pca_projection(z, [(0, 3, 1), (3, 3, None)])
+    assert p.shape == (3, 1) and abs(abs(float(p[0, 0])) - 1) < 0.05
+    assert torch.equal(pca_projection(z, [(0, 3, 7)]), torch.eye(3, dtype=torch.float64))  # k ≥ rank bound: off
+
+
+def test_cold_start_is_rloo_with_two_samples_and_needs_pairs():
+    est = POISEProbe()
+    batch = poise_batch([1.0, 0.0, 0.5, 0.5], [3, 8, 8, 3], [0.0] * 4)  # pairs need not be adjacent
+    close(est(batch).advantages[:, 0], [0.5, -0.5, 0.5, -0.5])
+    assert pair_partner(torch.tensor([3, 8, 8, 3])).tolist() == [3, 2, 1, 0]
+    with pytest.raises(ValueError, match="exactly 2 rollouts"):
+        est(poise_batch([1.0, 0.0, 0.0], [0, 0, 0], [0.0] * 3))
+    assert est.needs() == {"hidden", "entropy_old"}
+
+
+def test_features_pool_last_tokens_and_entropy_stats():
+    est = POISEProbe(pool_tokens=2)
+    batch = poise_batch([1.0, 0.0], [0, 0], [0.0, 0.0], T=4, lengths=[3, 0], entropy=[[1.0, 2.0, 3.0, 9.0], [5.0] * 4])
+    batch.prompt_mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
+    batch.extras["hidden"][:, :3, 0] = torch.tensor([[9.0, 1.0, 3.0], [9.0, 9.0, 4.0]])
+    batch.extras["hidden"][0, 3:, 0] = torch.tensor([1.0, 2.0, 4.0, 9.0])
+    phi = est.features(batch)
+    close(phi[0], [2.0, 3.0, 2.0, (2 / 3) ** 0.5, 2.5])  # prompt mean of last 2, response of last 2, entropy
+    close(phi[1], [4.0, 0.0, 0.0, 0.0, 0.0])  # empty response: zeros, finite
+
+
+def test_after_update_buffers_pairs_refits_and_round_trips():
+    torch.manual_seed(0)
+    est = POISEProbe(min_examples=8, buffer_size=10, pca_prompt=None, pca_response=None)
+    for step in range(3):
+        batch = poise_batch([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], torch.rand(4, dtype=torch.float64))
+        metrics = est.after_update(batch, CONTEXT)
+        assert (est._probe is None) == (step == 0)  # 4 examples < 8: still cold after the first step
+    assert len(est._y) == 10 and metrics["poise/buffer"] == 10 and "poise/probe_mse" in metrics
+    close(est._y[-4:], [0.0, 1.0, 1.0, 1.0])  # (φ¹, R²), (φ², R¹)
+    restored = POISEProbe(min_examples=8, buffer_size=10, pca_prompt=None, pca_response=None)
+    restored.load_state_dict(est.state_dict())
+    batch = poise_batch([1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1], [0.9, 0.1, 0.3, 0.7])
+    assert torch.equal(est(batch).advantages, restored(batch).advantages)
+    assert torch.isfinite(est(batch).advantages).all()
+    empty = POISEProbe()
+    empty.load_state_dict(POISEProbe().state_dict())
+    assert empty._probe is None
+
+
+def test_last_tokens_any_padding_side():
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
+    assert last_tokens(mask, 2).tolist() == [[0, 0, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]]

@@ -1,0 +1,114 @@
+import pytest
+import torch
+
+from polo.core.advantages.spo import SPOTracker
+from polo.core.batch import RolloutBatch
+from polo.core.context import StepContext
+from polo.core.registry import ADVANTAGES, ConfigError
+
+from .helpers import close
+
+
+def spo_batch(prompt_index, correct, lengths=None, T=3):
+    B = len(prompt_index)
+    lengths = lengths or [2] * B
+    ids = torch.arange(B * T).view(B, T) + 1  # distinct response tokens
+    return RolloutBatch(
+        prompt_ids=torch.tensor([[0, 7, 8]] * B), prompt_mask=torch.tensor([[0, 1, 1]] * B),
+        response_ids=ids, response_mask=(torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long(),
+        group=torch.arange(B), rewards=torch.tensor(correct, dtype=torch.float64),
+        extras={"prompt_index": torch.tensor(prompt_index), "correct": torch.tensor(correct, dtype=torch.float64)},
+    )
+
+
+def policy(shift=0.0):
+    """A fake policy: log π(token) = −0.01·token_id − shift (0 where masked)."""
+    return lambda b: (-0.01 * b.response_ids.double() - shift) * b.response_mask
+
+
+def tracker_with(alpha, beta, **kw):
+    est = SPOTracker(**kw)
+    est.load_state_dict({"alpha": torch.tensor(alpha, dtype=torch.float64), "beta": torch.tensor(beta, dtype=torch.float64),
+                         "last_prompt_index": torch.zeros(0, dtype=torch.long)})
+    return est
+
+
+def test_spec_10_offline_init():
+    est = SPOTracker()
+    est.init_offline(torch.tensor([5]), torch.tensor([3]), 8)
+    close(est._alpha[5], 3.1111)
+    close(est._beta[5], 4.8889)
+    close(est.success_probability(torch.tensor([5, 0])), [0.3889, 0.5])  # unseen prompts: prior 0.5
+
+
+def test_spec_10_advantage_and_sampling_weights():
+    est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5])
+    batch = spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])
+    close(est.success_probability(torch.arange(4)), [0.3750, 0.1250, 0.7500, 0.5000])
+    raw = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5], normalize=False)(batch).advantages[:, 0]
+    close(raw, [0.6250, -0.1250, 0.2500, -0.5000])
+    out = est(batch).advantages
+    close(out[:, 0], [1.1619, -0.3873, 0.3873, -1.1619])
+    assert (out[:, 2] == 0).all()  # padding
+    w = est.sampling_weights(torch.arange(4))
+    close(w, [0.5341, 0.3807, 0.4830, 0.5500])
+    close(w / w.sum(), [0.2742, 0.1955, 0.2480, 0.2824])
+
+
+def test_spec_10_kl_adaptive_forgetting():
+    est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5])
+    batch = spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])
+    est.after_update(batch, StepContext(1, policy(), 1e-3))  # stores the responses and their log-probs
+    est.load_state_dict({**est.state_dict(), "alpha": torch.tensor([3, 1, 6, 0.5], dtype=torch.float64),
+                         "beta": torch.tensor([5, 7, 2, 0.5], dtype=torch.float64)})
+    shifts = torch.tensor([0.03, 0.0, 0.12, 0.5], dtype=torch.float64)  # |Δ log π| on every stored token
+
+    def moved(b):
+        if b.batch_size == 4 and b.old_logp is not None:  # the stored responses
+            return policy()(b) - shifts[:, None] * b.response_mask
+        return policy()(b)
+
+    metrics = est.after_update(batch, StepContext(2, moved, 1e-3))
+    close(est._alpha, [3.6250, 0.9600, 6.2500, 0.4375])
+    close(est._beta, [4.3750, 7.7200, 1.7500, 1.4375])
+    close(est.success_probability(torch.arange(4)), [0.4531, 0.1106, 0.7812, 0.2333])
+    assert abs(metrics["spo/rho_mean"] - (0.875 * 3 + 0.96) / 4) < 1e-9
+
+
+def test_first_visit_uses_rho_max_and_constant_rho_option():
+    est = SPOTracker()
+    est.after_update(spo_batch([2], [1.0]), StepContext(1, policy(), 1e-3))
+    close(est._alpha[2], 0.96 * 0.5 + 1)
+    const = SPOTracker(rho_constant=0.5)
+    const.after_update(spo_batch([0], [0.0]), StepContext(1, policy(), 1e-3))
+    close(const._beta[0], 0.5 * 0.5 + 1)
+
+
+def test_duplicates_sum_their_evidence_and_state_round_trip():
+    est = SPOTracker()
+    batch = spo_batch([4, 1, 4], [1.0, 0.0, 0.0], lengths=[1, 0, 3])  # a fully masked response too
+    est.after_update(batch, StepContext(1, policy(), 1e-3))
+    close(est._alpha[[1, 4]], [0.96 * 0.5, 0.96 * 0.5 + 1])
+    close(est._beta[[1, 4]], [0.96 * 0.5 + 1, 0.96 * 0.5 + 1])
+    assert est._last[4]["response_ids"].tolist() == [7, 8, 9] and len(est._last[1]["logp"]) == 0
+    restored = SPOTracker()
+    restored.load_state_dict(est.state_dict())
+    for x in (1, 4):
+        for k, v in est._last[x].items():
+            assert torch.equal(restored._last[x][k], v)
+    second = spo_batch([4, 1], [1.0, 1.0])
+    context = StepContext(2, policy(0.1), 1e-3)
+    a, b = est.after_update(second, context), restored.after_update(second, context)
+    assert a == b and torch.equal(est._alpha, restored._alpha)
+    assert a["spo/policy_distance"] == pytest.approx(0.05)  # prompt 4 moved by 0.1, prompt 1 stored no token
+
+
+def test_single_row_and_all_equal_batches_are_finite():
+    est = SPOTracker()
+    close(est(spo_batch([0], [1.0])).advantages[0, :2], [0.5, 0.5])  # one row: A = r − p̂ unnormalized
+    assert est(spo_batch([0, 1], [1.0, 1.0])).advantages.abs().max() == 0
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="rho_min"):
+        ADVANTAGES.build({"name": "spo_tracker", "rho_min": 0.99})
