@@ -21,13 +21,9 @@ def load_all_components() -> None:
     import polo.core.credit  # noqa: F401
     import polo.core.divergences  # noqa: F401
     import polo.core.losses  # noqa: F401
+    import polo.core.optim_hooks  # noqa: F401
     import polo.core.shaping  # noqa: F401
     import polo.train.samplers  # noqa: F401
-
-    try:
-        import polo.core.optim_hooks  # noqa: F401
-    except ImportError:
-        pass
 
 
 def _summary(cls) -> str:

@@ -10,7 +10,7 @@ TINY = [
     "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
     "model.tiny.intermediate_size=64",
     "warm_start.steps=40", "warm_start.examples=200",
-    "rollout.prompts_per_step=4", "rollout.samples_per_prompt=4",
+    "rollout.prompts_per_step=4",
     "train.steps=3", "train.eval_size=16", "train.train_pool=200", "train.eval_every=3",
     "train.save_every=3", "train.threads=1",
 ]

@@ -12,7 +12,10 @@ from polo.core.registry import OPTIMIZER_HOOKS, Component
 class OptimizerHook(Component):
     """``lr_factor(grads)`` with ``grads`` ``[K, P]``: K independent flattened gradient estimates of one
     optimizer step (per micro-batch or per rank, before averaging). The trainer multiplies the scheduled
-    learning rate by the returned factor for that step."""
+    learning rate by the returned factor for that step; when the recipe sets no micro-batch size it splits
+    each minibatch into ``estimates`` micro-batches to get them."""
+
+    estimates: int = Field(default=4, ge=2)
 
     def lr_factor(self, grads: Tensor) -> float:
         raise NotImplementedError
