@@ -110,6 +110,8 @@ class Loop(Section):
     max_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget: the run stops (with a checkpoint and a final eval) when it is spent."""
     threads: int | None = Field(None, gt=0)
+    """torch CPU threads; None: 1 for the built-in tiny model (more threads only add synchronization
+    cost at its size, and spin badly on a shared machine), torch's default for a checkpoint."""
     replay_steps: int = Field(0, ge=0)
     """Also train on the batches of the last ``replay_steps`` steps (stale samples keep their own
     behaviour log-probs and advantages; R²VPO)."""

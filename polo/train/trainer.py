@@ -52,8 +52,9 @@ def max_new_tokens(recipe: Recipe, task) -> int:
 class Trainer:
     def __init__(self, recipe: Recipe, run_dir: Path, log=print):
         self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
-        if recipe.train.threads:
-            torch.set_num_threads(recipe.train.threads)
+        threads = recipe.train.threads or (1 if recipe.model.path is None else None)
+        if threads:
+            torch.set_num_threads(threads)
         torch.manual_seed(recipe.seed)
         random.seed(recipe.seed)
         self.task = build_task(recipe.task)
