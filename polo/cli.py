@@ -1,4 +1,4 @@
-"""Command line: ``polo train | sft | eval | list``."""
+"""Command line: ``polo train | sft | eval | arena | list``."""
 from __future__ import annotations
 
 import argparse
@@ -101,6 +101,29 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_arena(args) -> int:
+    from polo.arena import load_arena, run_arena, write_report
+
+    if args.workers is not None and args.workers < 1:
+        raise SystemExit("polo arena: --workers must be at least 1")
+    arena = load_arena(args.arena, args.overrides)
+    out = Path(args.out or Path("runs") / "arena" / arena.file.name)
+    workers = args.workers or arena.file.workers
+    command = " ".join(["polo", *[f"--plugin {p}" for p in args.plugin], "arena", args.arena,
+                        *([f"--workers {args.workers}"] if args.workers else []),
+                        *([f"--out {args.out}"] if args.out else []), *args.overrides])
+    try:
+        status = run_arena(arena, out, workers, args.plugin, _log)
+    except RuntimeError as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 1
+    report = write_report(arena, out, command)
+    _log(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    if report.missing:
+        _log(f"[red]{len(report.missing)} run(s) did not finish[/red]: {', '.join(report.missing)}")
+    return 1 if report.missing or any(status.values()) else 0
+
+
 def cmd_list(args) -> int:
     from polo.catalog import catalog_text
 
@@ -130,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run")
     p.add_argument("--size", type=int, help="number of test problems")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("arena", help="compare recipes over seeds: train every pair, then write a report")
+    p.add_argument("arena", help="arena YAML path or shipped arena name (e.g. default)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides applied to every run")
+    p.add_argument("--workers", type=int, help="parallel runs (default: the arena file's workers)")
+    p.add_argument("--out", help="output folder (default: runs/arena/<name>); rerun to resume")
+    p.set_defaults(func=cmd_arena)
 
     p = sub.add_parser("list", help="every registered component and shipped recipe")
     p.set_defaults(func=cmd_list)

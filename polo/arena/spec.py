@@ -1,0 +1,203 @@
+"""Arena files: which recipes to compare, on which seeds, under which budget (validated, clear errors).
+
+An arena file is YAML. Either a list of ``entries`` (each a recipe with its own overrides) or one
+``recipe`` with a list of override ``variants``::
+
+    name: default
+    task: {name: addition}          # task.* overrides applied to every run
+    seeds: [0, 1, 2]
+    budget: {steps: 150, minutes: 4} # -> train.steps / train.max_minutes (whichever is spent first)
+    overrides: [train.eval_every=10] # common overrides, applied before each entry's own
+    target_accuracy: 0.6             # held-out greedy accuracy for the time-to-target column
+    workers: 2
+    entries:
+      - {label: grpo, recipe: grpo}
+      - {label: ppo_lr, recipe: ppo, overrides: [optim.lr=3e-4]}
+
+or, instead of ``entries``: ``recipe: grpo`` with ``variants: [{label: lr_low, overrides: [optim.lr=1e-4]}, ...]``.
+A recipe is a shipped name, a path beside the arena file or a path from the working folder. Each run's
+overrides apply in this order: task, budget, common, the entry's own, the command line's, then
+``seed=<seed>`` and ``train.threads=1``.
+
+Every run's recipe is resolved and validated when the file is loaded, so an unknown recipe name, an
+unknown key or a bad override fails before anything trains.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from polo.core.registry import ConfigError
+from polo.train.config import Recipe, Section, load_recipe
+
+ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
+LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+THREADS = "train.threads=1"
+"""Every arena run trains on one thread: N workers use N cores, and runs do not compete for them."""
+
+
+class Budget(Section):
+    steps: int | None = Field(None, gt=0)
+    minutes: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> "Budget":
+        if self.steps is None and self.minutes is None:
+            raise ValueError("budget: give steps, minutes or both")
+        return self
+
+    def overrides(self) -> list[str]:
+        out = [] if self.steps is None else [f"train.steps={self.steps}"]
+        return out + ([] if self.minutes is None else [f"train.max_minutes={self.minutes}"])
+
+
+class Entry(Section):
+    label: str | None = Field(None, pattern=LABEL_PATTERN)
+    """Name in the report and of the run folders; default: the recipe's file name."""
+    recipe: str
+    overrides: list[str] = []
+
+
+class Variant(Section):
+    label: str = Field(pattern=LABEL_PATTERN)
+    overrides: list[str] = []
+
+
+class ArenaFile(Section):
+    name: str = Field(pattern=LABEL_PATTERN)
+    description: str = ""
+    task: dict[str, Any] = {}
+    seeds: list[int] = Field(min_length=1)
+    budget: Budget
+    overrides: list[str] = []
+    target_accuracy: float = Field(0.5, ge=0, le=1)
+    workers: int = Field(1, gt=0)
+    entries: list[Entry] = []
+    recipe: str | None = None
+    variants: list[Variant] = []
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "ArenaFile":
+        if bool(self.entries) == bool(self.recipe):
+            raise ValueError("give either 'entries' or 'recipe' with 'variants', not both or neither")
+        if self.recipe and not self.variants:
+            raise ValueError("'recipe' needs a list of 'variants'")
+        if self.variants and not self.recipe:
+            raise ValueError("'variants' need a 'recipe'")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds repeat: {self.seeds}")
+        return self
+
+    def resolved_entries(self) -> list[Entry]:
+        if self.recipe:
+            return [Entry(label=v.label, recipe=self.recipe, overrides=v.overrides) for v in self.variants]
+        return [e if e.label else e.model_copy(update={"label": Path(e.recipe).stem}) for e in self.entries]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One (entry, seed) pair: the recipe and the complete list of overrides for ``polo train``."""
+
+    label: str
+    seed: int
+    recipe: str
+    overrides: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}_s{self.seed}"
+
+    def load(self) -> Recipe:
+        return load_recipe(self.recipe, list(self.overrides))
+
+
+@dataclass(frozen=True)
+class Arena:
+    """A validated arena: its file, the entries in order and every run to do."""
+
+    file: ArenaFile
+    source: Path
+    labels: tuple[str, ...]
+    runs: tuple[RunSpec, ...]
+    shared_overrides: tuple[str, ...]
+    """Overrides every run gets besides its entry's own and its seed (task, budget, common, command line)."""
+
+    def runs_of(self, label: str) -> list[RunSpec]:
+        return [r for r in self.runs if r.label == label]
+
+
+def task_overrides(task: dict[str, Any], prefix: str = "task") -> list[str]:
+    """``{name: addition, digits: 3}`` → ``["task.name=addition", "task.digits=3"]`` (nested keys dotted)."""
+    out = []
+    for key, value in task.items():
+        if isinstance(value, dict):
+            out += task_overrides(value, f"{prefix}.{key}")
+        else:
+            out.append(f"{prefix}.{key}={json.dumps(value)}")
+    return out
+
+
+def _recipe_ref(recipe: str, arena_dir: Path) -> str:
+    """A recipe path relative to the arena file's folder when one is there; else as given (a path from the
+    working folder or a shipped recipe's name)."""
+    beside = arena_dir / recipe
+    return str(beside) if not Path(recipe).is_absolute() and beside.is_file() else recipe
+
+
+def resolve_arena_path(arena: str | Path) -> Path:
+    """A path, or the name of a shipped arena (``default`` or ``default.yaml``)."""
+    path = Path(arena)
+    if path.is_file():
+        return path
+    shipped = ARENAS_DIR / (path.name if path.suffix else f"{path.name}.yaml")
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(p.stem for p in ARENAS_DIR.glob("*.yaml")))
+    raise ConfigError(f"arena {str(arena)!r} not found; shipped arenas: {names}")
+
+
+def _validation_message(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"unknown key {loc!r}")
+        elif e["type"] == "value_error":
+            lines.append(f"{loc + ': ' if loc else ''}{e['ctx']['error'] if 'ctx' in e else e['msg']}")
+        else:
+            lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
+
+
+def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
+    """Read and validate an arena file; ``overrides`` (key=value) apply to every run, after all others."""
+    path = resolve_arena_path(arena)
+    tree = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: an arena file must be a YAML mapping")
+    try:
+        spec = ArenaFile.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(f"invalid arena file {path}: {_validation_message(err)}") from None
+    entries = spec.resolved_entries()
+    labels = [e.label for e in entries]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"invalid arena file {path}: entry labels repeat: {labels} (set 'label' on each entry)")
+    common = task_overrides(spec.task) + spec.budget.overrides() + list(spec.overrides)
+    runs = []
+    for entry in entries:
+        for seed in spec.seeds:
+            run = RunSpec(entry.label, seed, _recipe_ref(entry.recipe, path.parent),
+                          tuple(common + list(entry.overrides) + list(overrides) + [f"seed={seed}", THREADS]))
+            try:
+                run.load()
+            except ConfigError as err:
+                raise ConfigError(f"arena {path}, entry {entry.label!r}: {err}") from None
+            runs.append(run)
+    shared = common + list(overrides) + [THREADS]
+    return Arena(spec, path, tuple(labels), tuple(runs), tuple(shared))

@@ -1,0 +1,77 @@
+"""The arena's tables as plain data (title, header, rows, note), rendered to Markdown or HTML elsewhere."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polo.arena.stats import CONFIDENCE, RESAMPLES, Interval
+from polo.arena.summary import EntrySummary, Ranked
+
+
+@dataclass
+class Table:
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{round(value, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.000"
+
+
+def fmt_interval(i: Interval, digits: int = 3) -> str:
+    return f"{fmt(i.mean, digits)} [{fmt(i.low, digits)}, {fmt(i.high, digits)}]"
+
+
+def fmt_time(entry: EntrySummary) -> str:
+    n = len(entry.runs)
+    if entry.time_to_target is None:
+        return f"not reached ({entry.reached}/{n})"
+    return f"{entry.time_to_target:.0f} s ({entry.reached}/{n})"
+
+
+def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: float) -> Table:
+    header = ["entry", "recipe", "seeds", "final greedy acc. [95% CI]", f"time to {target:g} (median)",
+              "steps", "train s", "tokens/s", "resp. length", "entropy", "KL(old‖new)", "clip frac.",
+              "frac. zero-std groups"]
+    rows = []
+    for e in entries:
+        d = e.diagnostics
+        steps = sorted({r.steps for r in e.runs})
+        rows.append([
+            e.label, recipes.get(e.label, ""), ",".join(map(str, e.seeds)) or "none",
+            fmt_interval(e.final_accuracy), fmt_time(e) if e.runs else "–",
+            "/".join(map(str, steps)) or "–", fmt(sum(r.wall_s for r in e.runs) / len(e.runs), 0) if e.runs else "–",
+            fmt(d["tokens_per_s"], 0), fmt(d["response_length"], 2), fmt(d["entropy"], 3), fmt(d["kl"], 4),
+            fmt(d["clip_frac"], 4), fmt(d["frac_reward_zero_std"], 3),
+        ])
+    note = (f"Final accuracy: held-out greedy accuracy at each run's last step; mean over seeds with a "
+            f"{CONFIDENCE:.0%} percentile-bootstrap interval ({RESAMPLES:,} resamples of the seeds, fixed RNG seed). "
+            f"Time to target: training seconds (elapsed_s, without model loading) until the first evaluation at "
+            f"or above {target:g}, median over seeds (a seed that never gets there counts as infinite), with the "
+            f"number of seeds that reached it. Train s: mean training seconds per run. The other columns are "
+            f"per-step means, averaged over seeds: tokens/s of the training step, response length in tokens, "
+            f"policy entropy, approximate KL to the behaviour policy (policy/kl_old), clip fraction (low + high "
+            f"side) and the fraction of prompt groups whose rewards are all equal.")
+    return Table("Results per entry", header, rows, note)
+
+
+def ranking_table(ranked: list[Ranked], seeds: int) -> Table:
+    header = ["rank", "entry", "tier", "final greedy acc. [95% CI]", "Δ vs best [95% CI]", "p (vs best)"]
+    rows = []
+    for r in ranked:
+        test = r.vs_best
+        rows.append([str(r.rank), r.entry.label, str(r.tier), fmt_interval(r.entry.final_accuracy),
+                     "–" if test is None else fmt_interval(test.diff), "–" if test is None else f"{test.p_value:.3f}"])
+    note = (f"Ranked by mean final accuracy. Test: bootstrap test of the difference of mean final accuracy at "
+            f"{1 - CONFIDENCE:.0%}, paired by seed (the same seed gives both entries the same warm start and "
+            f"prompt stream; the per-seed differences are resampled, {RESAMPLES:,} times) — unpaired when fewer "
+            f"than 2 seeds are shared. Two entries differ when the {CONFIDENCE:.0%} interval of the difference "
+            f"excludes 0. Tiers: going down the ranking, an entry joins the current tier when it is not "
+            f"distinguishable from that tier's best entry, otherwise it starts the next tier. With {seeds} "
+            f"seed(s) the bootstrap is coarse (with 3 seeds, a paired difference is significant exactly when "
+            f"it has the same sign on every seed): treat tiers as indicative, and add seeds to sharpen them.")
+    return Table("Ranking by final accuracy", header, rows, note)

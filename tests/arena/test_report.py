@@ -1,0 +1,70 @@
+"""The report of a made-up arena whose numbers are known."""
+import json
+import re
+
+import pytest
+
+from polo.arena import write_report
+from polo.arena.curves import curve_vs_step, curve_vs_time, smooth
+from polo.arena.summary import ACCURACY, RunResult
+
+from .helpers import fake_arena
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    arena, out = fake_arena(tmp_path_factory.mktemp("report"))
+    return write_report(arena, out, "polo arena a.yaml"), out
+
+
+def test_summary_numbers(report):
+    _, out = report
+    summary = {e["label"]: e for e in json.loads((out / "summary.json").read_text())["entries"]}
+    grpo, rloo = summary["grpo"], summary["rloo"]
+    assert grpo["final_accuracy"]["mean"] == pytest.approx(0.6)
+    assert rloo["final_accuracy"]["mean"] == pytest.approx(0.5)
+    assert (grpo["rank"], grpo["tier"], rloo["rank"], rloo["tier"]) == (1, 1, 2, 2)  # +0.1 on every seed
+    assert rloo["vs_best"]["mean"] == pytest.approx(-0.1) and rloo["vs_best"]["p_value"] == 0.0
+    assert (grpo["time_to_target_s"], grpo["reached"]) == (2.0, 3)  # 4 s, 2 s, 2 s
+    assert (rloo["time_to_target_s"], rloo["reached"]) == (4.0, 2)  # never, 4 s, 2 s
+    assert grpo["diagnostics"]["clip_frac"] == pytest.approx(0.03)
+    assert summary["grpo"]["seeds"] == [0, 1, 2] and not json.loads((out / "summary.json").read_text())["missing"]
+
+
+def test_markdown_has_tables_and_figures(report):
+    _, out = report
+    md = (out / "report.md").read_text()
+    assert "## Ranking by final accuracy" in md and "## Results per entry" in md
+    assert "| grpo | grpo | 0,1,2 | 0.600 [0.500, 0.700] | 2 s (3/3) |" in md
+    assert "4 s (2/3)" in md and "bootstrap test of the difference" in md
+    for name in re.findall(r"\]\((figures/[^)]+\.png)\)", md):
+        assert (out / name).stat().st_size > 1000
+    assert len(re.findall(r"!\[", md)) == 4
+
+
+def test_html_is_self_contained(report):
+    _, out = report
+    page = (out / "report.html").read_text()
+    assert page.count("src='data:image/png;base64,") == 4
+    assert not re.search(r"(src|href)=['\"]?(https?:|//|file:)", page)
+    assert "<table>" in page and "grpo" in page
+
+
+def test_curves_mean_and_band():
+    a = RunResult("x", 0, [{"step": 0, ACCURACY: 0.2}, {"step": 2, "elapsed_s": 2.0, ACCURACY: 0.4}])
+    b = RunResult("x", 1, [{"step": 0, ACCURACY: 0.4}, {"step": 2, "elapsed_s": 4.0, ACCURACY: 0.6}])
+    by_step = curve_vs_step([a, b], ACCURACY)
+    assert by_step.x.tolist() == [0, 2] and by_step.mean == pytest.approx([0.3, 0.5])
+    assert by_step.low == pytest.approx([0.2, 0.4]) and by_step.high == pytest.approx([0.4, 0.6])
+    by_time = curve_vs_time([a, b], ACCURACY)  # ends with the shorter run, at 2 s, where b is half-way
+    assert by_time.x[0] == 0 and by_time.x[-1] == 2.0
+    assert by_time.mean[0] == pytest.approx(0.3) and by_time.mean[-1] == pytest.approx(0.45)
+    assert (by_time.low[-1], by_time.high[-1]) == pytest.approx((0.4, 0.5))
+
+
+def test_smooth_keeps_constants_and_length():
+    import numpy as np
+
+    y = np.full(10, 3.0)
+    assert np.allclose(smooth(y, 3), y)
+    assert len(smooth(np.arange(7.0), 4)) == 7
