@@ -1,0 +1,275 @@
+"""Shared setup for the benchmarks in bench/: models, settings, polo/TRL trainers, timing and tables.
+
+Every benchmark runs on one thread (``torch.set_num_threads(1)``), interleaves the things it compares and
+reports medians and ratios measured in the same run: absolute times on a shared machine are noisy, ratios
+of interleaved measurements much less so.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+for _var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import LlamaForCausalLM  # noqa: E402
+
+from polo.policy.tiny import TinyModelConfig, build_tiny_model  # noqa: E402
+from polo.policy.tokenizer import build_char_tokenizer  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+SIZES = {
+    "tiny": TinyModelConfig(max_position_embeddings=128),  # polo's built-in size: hidden 128, 2 layers
+    "small": TinyModelConfig(hidden_size=256, num_layers=4, intermediate_size=1024, max_position_embeddings=128),
+}
+EOS_PROB = 1 / 24
+"""EOS probability per token of the varying-length model: lengths are geometric (mean ≈ 22 under a 64 cap)."""
+LR = 1e-6
+"""AdamW lr of every trainer here. Speed does not depend on it, but the lengths do: at polo's default 5e-4 the
+RL signal moves this model's EOS probability within a few steps (mean length 22 → 45 over 3 steps in the
+64-token setting, in polo, TRL and the hand-written loop alike, depending on the seed), so the frameworks
+would no longer do the same work; at 1e-6 the length distribution stays put."""
+CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One GRPO step's work: ``prompts`` × ``generations`` completions of at most ``max_tokens`` tokens."""
+
+    name: str
+    prompts: int
+    generations: int
+    max_tokens: int
+
+    @property
+    def rows(self) -> int:
+        return self.prompts * self.generations
+
+
+SETTINGS = [Setting("8x8 <=8 tok", 8, 8, 8), Setting("32x8 <=64 tok", 32, 8, 64)]
+DEFAULT_SETTING = Setting("64x8 <=4 tok (polo train grpo)", 64, 8, 4)
+
+
+def parse_args(description: str, **extra: dict) -> argparse.Namespace:
+    """``--quick`` plus the script's own options (name → argparse kwargs); sets one torch thread."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="a short run (fewer sizes and repetitions)")
+    for name, kwargs in extra.items():
+        parser.add_argument(f"--{name}", **kwargs)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"# {Path(sys.argv[0]).name}{' --quick' if args.quick else ''}: torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread", flush=True)
+    return args
+
+
+# --------------------------------------------------------------------------- models
+def build_model(size: str = "tiny", eos_prob: float | None = EOS_PROB, seed: int = 0):
+    """polo's built-in model (``build_tiny_model`` + char tokenizer) of ``size``, in eval mode; with
+    ``eos_prob`` its EOS probability is ``eos_prob`` at every position (0: it never stops)."""
+    torch.manual_seed(seed)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(SIZES[size], tokenizer).eval()
+    if eos_prob is not None:
+        set_eos_prob(model, tokenizer.eos_token_id, eos_prob)
+    return model, tokenizer
+
+
+@torch.no_grad()
+def set_eos_prob(model, eos: int, p: float) -> None:
+    """Make ``P(eos) ≈ p`` at every position of a random model, so lengths vary like a real policy's.
+
+    Hidden unit 0 becomes a constant bias unit (1 in every token embedding, never written by a layer), so
+    the EOS logit is ``h0 · e_eos[0]`` plus noise while every other logit gets the same shift ``h0``;
+    ``e_eos[0]`` is then fitted on a batch of random contexts. Shapes and cost are unchanged.
+    """
+    emb = model.get_input_embeddings().weight
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight[0] = 0.0
+        layer.mlp.down_proj.weight[0] = 0.0
+    emb[:, 0] = 1.0
+    if p == 0:
+        emb[eos, 0] = -100.0
+        return
+    x = torch.randint(4, emb.shape[0], (32, 32), generator=torch.Generator().manual_seed(0))
+
+    def gap(value: float) -> torch.Tensor:  # eos logit − logsumexp of the others, per position
+        emb[eos, 0] = value
+        logits = model(input_ids=x).logits
+        others = torch.cat([logits[..., :eos], logits[..., eos + 1:]], -1)
+        return logits[..., eos] - others.logsumexp(-1)
+
+    g1, g2 = gap(1.0), gap(2.0)
+    emb[eos, 0] = 1.0 + float(((math.log(p / (1 - p)) - g1) / (g2 - g1)).median())
+
+
+def save_model(size: str = "tiny", eos_prob: float | None = EOS_PROB) -> Path:
+    """A ``save_pretrained`` folder (model + char tokenizer) of :func:`build_model`, in a temp dir."""
+    model, tokenizer = build_model(size, eos_prob)
+    path = Path(tempfile.mkdtemp(prefix=f"polo-bench-{size}-"))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unpadded prompts of ``length`` random character tokens (ids ≥ 4: no special tokens) and their mask."""
+    ids = torch.randint(4, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+    return ids, torch.ones_like(ids)
+
+
+# --------------------------------------------------------------------------- GRPO on the addition task
+def addition_task():
+    from polo.tasks import build_task
+
+    return build_task({"name": "addition"})
+
+
+def prompt_order(n_prompts: int, seed: int = 0):
+    """The first ``n_prompts`` prompts polo's Trainer draws with ``seed`` (same pool, same shuffle)."""
+    from polo.train.config import Loop
+    from polo.train.data import PromptStream
+
+    pool = addition_task().examples("train", Loop().train_pool, seed=seed)
+    got = PromptStream(pool, seed=seed).next(n_prompts)
+    return got[0] if isinstance(got, tuple) else got
+
+
+def reward_functions():
+    """The addition task's default rewards as TRL-signature functions and their weights.
+
+    Each is wrapped to pass on only the dataset column ``answer``: polo's task reward ``correct``
+    (``Task.correct_reward``) indexes every extra keyword as a per-row column, and TRL also passes
+    ``trainer_state``, ``completion_ids``, ``log_extra`` and ``log_metric``.
+    """
+    from polo.tasks.rewards import resolve_reward
+
+    task = addition_task()
+
+    def only_answer(name: str):
+        fn = resolve_reward(task, name)
+
+        def reward(prompts, completions, answer, **_):
+            return fn(prompts=prompts, completions=completions, answer=answer)
+
+        reward.__name__ = name
+        return reward
+
+    return [only_answer(s.name) for s in task.default_rewards], [s.weight for s in task.default_rewards]
+
+
+def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0):
+    """polo's Trainer with the ``grpo`` recipe on ``setting``; ``model_dir`` None: the warm-started default."""
+    from polo.train.config import load_recipe
+    from polo.train.trainer import Trainer
+
+    overrides = [f"rollout.prompts_per_step={setting.prompts}", f"rollout.samples_per_prompt={setting.generations}",
+                 f"rollout.max_new_tokens={setting.max_tokens}", f"optim.lr={LR}", "train.threads=1", f"seed={seed}"]
+    if model_dir is not None:
+        overrides.append(f"model.path={model_dir}")
+    recipe = load_recipe("grpo", overrides)
+    return Trainer(recipe, Path(tempfile.mkdtemp(prefix="polo-bench-run-")), log=lambda *a: None)
+
+
+def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
+    """TRL's GRPOTrainer on the same work as :func:`polo_trainer`: same model folder, prompts (in polo's
+    order), rewards, group size, completion cap, loss (``grpo`` = per-sequence token mean, PPO clip 0.2,
+    no KL), AdamW at the same lr, grad clip 1, one update per step, no vLLM. ``trainer.step_times``
+    (seconds between consecutive step ends) fills as ``trainer.train()`` runs."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class StepTimer(TrainerCallback):
+        def on_train_begin(self, *args, **kwargs):
+            self.last = time.perf_counter()
+
+        def on_step_end(self, *args, **kwargs):
+            now = time.perf_counter()
+            trainer.step_times.append(now - self.last)
+            self.last = now
+
+    examples = prompt_order(setting.prompts * steps, seed)
+    data = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
+    rewards, weights = reward_functions()
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl-bench-"), max_steps=steps, seed=seed,
+        per_device_train_batch_size=setting.rows, num_generations=setting.generations,
+        max_completion_length=setting.max_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=LR, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
+        max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", reward_weights=weights,
+        shuffle_dataset=False, use_vllm=False, use_cpu=True, bf16=False, logging_steps=1, save_strategy="no",
+        report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(StepTimer())
+    trainer.step_times = []
+    return trainer
+
+
+def trl_lengths(trainer) -> list[float]:
+    """Mean completion length (tokens, EOS included) of each step TRL logged."""
+    return [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
+
+
+# --------------------------------------------------------------------------- timing and reports
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def interleaved(cases: dict[str, Callable[[], object]], reps: int, warmup: int = 1):
+    """Run the cases round-robin (A B C A B C ...) after ``warmup`` untimed rounds: ``(seconds, outputs)``,
+    each a dict of per-repetition lists."""
+    for _ in range(warmup):
+        for fn in cases.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    outputs: dict[str, list] = {name: [] for name in cases}
+    for _ in range(reps):
+        for name, fn in cases.items():
+            seconds, out = timed(fn)
+            times[name].append(seconds)
+            outputs[name].append(out)
+    return times, outputs
+
+
+def median(xs) -> float:
+    return statistics.median(xs)
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median over repetitions of ``num[i] / den[i]`` (measured back to back, so drift cancels)."""
+    return median([a / b for a, b in zip(num, den)])
+
+
+def print_table(title: str, header: list[str], rows: list[list]) -> None:
+    cells = [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    print(f"\n## {title}")
+    for k, row in enumerate(cells):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |")
+        if k == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    sys.stdout.flush()
