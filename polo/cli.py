@@ -60,9 +60,10 @@ def cmd_sft(args) -> int:
     from polo.tasks import build_task
     from polo.train.config import load_recipe
     from polo.train.evaluate import accuracy
-    from polo.train.trainer import load_policy, max_new_tokens
+    from polo.train.trainer import load_policy, max_new_tokens, set_threads
 
     recipe = load_recipe(args.recipe, args.overrides)
+    set_threads(recipe)
     if recipe.model.path:
         raise SystemExit("polo sft warm-starts the built-in model; this recipe sets model.path")
     task = build_task(recipe.task)
@@ -78,10 +79,11 @@ def cmd_eval(args) -> int:
     from polo.train.checkpoint import latest_checkpoint, load_checkpoint
     from polo.train.config import load_recipe
     from polo.train.evaluate import accuracy
-    from polo.train.trainer import load_policy, max_new_tokens
+    from polo.train.trainer import load_policy, max_new_tokens, set_threads
 
     run = Path(args.run)
     recipe = load_recipe(run / "config.yaml")
+    set_threads(recipe)
     task = build_task(recipe.task)
     policy = load_policy(recipe, task, _log)
     ckpt = latest_checkpoint(run)

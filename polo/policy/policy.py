@@ -110,7 +110,9 @@ class Policy(nn.Module):
         T = response_ids.shape[1]
         out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
                          logits_to_keep=T + 1, output_hidden_states=hidden_layer is not None)
-        logits = out.logits[:, :-1].float() / temperature  # position t-1 predicts response token t
+        logits = out.logits[:, :-1].float()  # position t-1 predicts response token t
+        if temperature != 1.0:
+            logits = logits / temperature
         if allow is not None:
             logits = logits.masked_fill(~allow[..., : logits.shape[-1]], float("-inf"))
         masked = ~response_mask.bool()

@@ -39,7 +39,10 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
         p = sorted_z.softmax(-1)
         outside = p.cumsum(-1) - p > top_p  # keep the shortest prefix whose mass reaches top_p
         z = z.scatter(-1, order, sorted_z.masked_fill(outside, float("-inf")))
-    return torch.multinomial(z.softmax(-1), 1, generator=generator).squeeze(-1)
+    # inverse-CDF draw: one uniform per row (several times faster than torch.multinomial on CPU)
+    cdf = z.softmax(-1).cumsum(-1)
+    u = torch.rand(z.shape[0], 1, generator=generator, device=z.device) * cdf[:, -1:]
+    return (cdf <= u).sum(-1).clamp(max=z.shape[-1] - 1)
 
 
 @torch.no_grad()

@@ -92,10 +92,12 @@ class Task(Component):
     def correct_reward(
         self, prompts: list[str], completions: list[str], answer: list[str], **columns
     ) -> list[float]:
-        """Reward ``correct``: 1.0 iff ``is_correct``."""
+        """Reward ``correct``: 1.0 iff ``is_correct``. Keyword arguments that are not per-row columns (TRL
+        also passes ``trainer_state`` and the like) are ignored."""
+        rows = {k: v for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == len(completions)}
         out = []
         for i, (prompt, completion, ans) in enumerate(zip(prompts, completions, answer)):
-            example = Example(prompt, ans, {k: v[i] for k, v in columns.items()})
+            example = Example(prompt, ans, {k: v[i] for k, v in rows.items()})
             out.append(float(self.is_correct(completion, example)))
         return out
 

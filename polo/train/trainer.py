@@ -45,6 +45,12 @@ def load_policy(recipe: Recipe, task, log=print) -> Policy:
     return Policy.load(path, lora=lora, chat_template=recipe.model.chat_template)
 
 
+def set_threads(recipe: Recipe) -> None:
+    threads = recipe.train.threads or (1 if recipe.model.path is None else None)
+    if threads:
+        torch.set_num_threads(threads)
+
+
 def max_new_tokens(recipe: Recipe, task) -> int:
     return recipe.rollout.max_new_tokens or task.max_completion_chars + 1
 
@@ -52,9 +58,7 @@ def max_new_tokens(recipe: Recipe, task) -> int:
 class Trainer:
     def __init__(self, recipe: Recipe, run_dir: Path, log=print):
         self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
-        threads = recipe.train.threads or (1 if recipe.model.path is None else None)
-        if threads:
-            torch.set_num_threads(threads)
+        set_threads(recipe)
         torch.manual_seed(recipe.seed)
         random.seed(recipe.seed)
         self.task = build_task(recipe.task)
@@ -66,8 +70,9 @@ class Trainer:
         self.advantage, self.policy_loss, self.aggregation, self.divergence = (
             c["advantage"], c["policy_loss"], c["aggregation"], c["kl"])
         self.kl_coef = recipe.kl.coef
-        self.needs = set().union(*(comp.needs() for comp in c.values())) | (
-            {"ref_logp"} if recipe.kl.coef > 0 else set())
+        # the KL divergence's inputs are needed only when its loss term is on
+        self.needs = set().union(*(comp.needs() for name, comp in c.items() if name != "kl")) | (
+            self.divergence.needs() | {"ref_logp"} if recipe.kl.coef > 0 else set())
         check_needs(self.needs)
         self.reference = frozen_copy(self.policy) if self.needs & {"ref_logp", "ref_dist"} else None
         self.critic = ValueModel.from_policy(self.policy) if "values" in self.needs else None

@@ -29,22 +29,28 @@ def cache_root() -> Path:
 def warm_start_key(recipe: Recipe) -> str:
     blob = json.dumps(
         {"task": recipe.task, "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
-         "seed": recipe.seed, "version": 1},
+         "seed": recipe.seed, "version": 2},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> None:
-    """Cross-entropy on demonstrations: ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``."""
+def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
+    """Cross-entropy on demonstrations, ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``, until the
+    greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
+    from polo.train.evaluate import accuracy
+
     warm = recipe.warm_start
-    examples = task.examples("train", warm.examples, seed=recipe.seed)
+    examples = task.examples("train", warm.examples + warm.check_size, seed=recipe.seed)
+    examples, held_out = examples[: warm.examples], examples[warm.examples :]
     completions = [task.demonstration(e) for e in examples]
+    max_new = task.max_completion_chars + 1
     generator = torch.Generator().manual_seed(recipe.seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=warm.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
-    policy.train()
+    acc = None
     for step in range(warm.steps):
+        policy.train()
         idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
         prompt_ids, prompt_mask = policy.encode_prompts([examples[i].prompt for i in idx])
         ids, mask = policy.encode_completions([completions[i] for i in idx])
@@ -55,9 +61,16 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        if (step + 1) % 100 == 0 or step + 1 == warm.steps:
-            log(f"warm start step {step + 1}/{warm.steps}: loss {loss.item():.4f}")
+        if warm.target_accuracy is not None and (step + 1) % warm.check_every == 0:
+            acc = accuracy(policy, task, held_out, max_new)
+            if acc >= warm.target_accuracy:
+                log(f"warm start step {step + 1}: loss {loss.item():.4f}, held-out greedy accuracy {acc:.3f}: done")
+                break
+        if (step + 1) % 100 == 0:
+            log(f"warm start step {step + 1}/{warm.steps}: loss {loss.item():.4f}" +
+                (f", held-out greedy accuracy {acc:.3f}" if acc is not None else ""))
     policy.eval()
+    return acc
 
 
 def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:

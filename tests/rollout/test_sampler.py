@@ -99,3 +99,13 @@ def test_action_mask_restricts_sampling_and_logp_matches_forward():
     assert (out.allow.sum(-1)[out.response_mask.bool()] < out.allow.shape[-1]).any()
     fw = policy.forward_logp(ids, mask, out.response_ids, out.response_mask, allow=out.allow)
     assert torch.allclose(fw["logp"], out.logp, atol=1e-5)
+
+
+def test_draw_matches_the_distribution_and_never_picks_excluded_tokens():
+    from polo.rollout.sampler import _draw
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    z = probs.log().expand(20000, 4)
+    draws = _draw(z, 1.0, 0, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert freq[1] == 0 and torch.allclose(freq, probs, atol=0.015)

@@ -19,17 +19,18 @@ def gae(
     Masked positions are skipped: V_next and A_next are carried over them, so a tool/observation
     token inside a row does not break the recursion. Returns A ``[B,T]``, zero where ``mask == 0``.
     """
-    valid = mask.bool()
     rho = torch.ones_like(tok_r) if exponent is None else exponent.to(tok_r)
-    discount, trace = gamma**rho, (gamma * lam) ** rho
+    # time-major contiguous copies: the loop reads one time step of every row at a time
+    r, v, valid = (x.t().contiguous() for x in (tok_r, values.to(tok_r), mask.bool()))
+    discount, trace = (gamma**rho).t().contiguous(), ((gamma * lam) ** rho).t().contiguous()
     next_v = next_a = tok_r.new_zeros(tok_r.shape[0])
-    out = []
-    for t in reversed(range(tok_r.shape[1])):
-        a = tok_r[:, t] + discount[:, t] * next_v - values[:, t] + trace[:, t] * next_a
-        next_a = torch.where(valid[:, t], a, next_a)
-        next_v = torch.where(valid[:, t], values[:, t], next_v)
-        out.append(next_a)
-    return torch.stack(out[::-1], dim=1) * mask
+    out = torch.empty_like(r)
+    for t in reversed(range(r.shape[0])):
+        a = r[t] + discount[t] * next_v - v[t] + trace[t] * next_a
+        next_a = torch.where(valid[t], a, next_a)
+        next_v = torch.where(valid[t], v[t], next_v)
+        out[t] = next_a
+    return out.t() * mask
 
 
 @ADVANTAGES.register("gae")
