@@ -113,12 +113,15 @@ def cmd_arena(args) -> int:
     workers = args.workers or arena.file.workers
     command = " ".join(["polo", *[f"--plugin {p}" for p in args.plugin], "arena", args.arena,
                         *([f"--workers {args.workers}"] if args.workers else []),
-                        *([f"--out {args.out}"] if args.out else []), *args.overrides])
-    try:
-        status = run_arena(arena, out, workers, args.plugin, _log)
-    except RuntimeError as err:
-        console.print(f"[red]error:[/red] {err}")
-        return 1
+                        *([f"--out {args.out}"] if args.out else []), *args.overrides,
+                        *(["--report-only"] if args.report_only else [])])
+    status = {}
+    if not args.report_only:
+        try:
+            status = run_arena(arena, out, workers, args.plugin, _log)
+        except RuntimeError as err:
+            console.print(f"[red]error:[/red] {err}")
+            return 1
     report = write_report(arena, out, command)
     _log(f"report: {out / 'report.md'} and {out / 'report.html'}")
     if report.missing:
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides applied to every run")
     p.add_argument("--workers", type=int, help="parallel runs (default: the arena file's workers)")
     p.add_argument("--out", help="output folder (default: runs/arena/<name>); rerun to resume")
+    p.add_argument("--report-only", action="store_true", help="only write the report of the finished runs")
     p.set_defaults(func=cmd_arena)
 
     p = sub.add_parser("list", help="every registered component and shipped recipe")

@@ -2,13 +2,13 @@
 untouched, the interrupted ones resume, and the report comes out complete.
 
 One arena serves every test of this module (it is trained once, on first use): grpo runs 2 steps, rloo
-12 steps with a checkpoint every 2, so that the arena can be killed while rloo is mid-run.
+16 steps with a checkpoint every 2; with 3 workers the arena can be killed once both grpo runs are done
+while rloo_s0 is mid-run. The killed arena is a fork of this process (no second start-up of torch).
 """
 import json
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from polo.train.warm_start import ensure_warm_start
 from .helpers import write_arena
 
 _ARENA: dict = {}
-RLOO_STEPS = 12
+RLOO_STEPS = 16
 SETS_BUDGET = ("train.steps=", "train.eval_every=", "train.save_every=")
 
 
@@ -43,6 +43,14 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def _quiet_main(argv: list[str]) -> None:
+    """The arena command with its output discarded (runs in the forked child)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    main(argv)
+
+
 def _kill_then_resume(root: Path, tiny: list[str]) -> dict:
     overrides = [o for o in tiny if not o.startswith(SETS_BUDGET)] + ["train.eval_every=2", "train.save_every=2"]
     path = write_arena(root / "tiny.yaml", budget={"steps": 2}, overrides=overrides, workers=2,
@@ -53,8 +61,9 @@ def _kill_then_resume(root: Path, tiny: list[str]) -> dict:
         ensure_warm_start(recipe, build_task(recipe.task), log=lambda m: None)
     out = root / "out"
     runs = {name: out / "runs" / name for name in ("grpo_s0", "grpo_s1", "rloo_s0", "rloo_s1")}
-    arena = subprocess.Popen([sys.executable, "-m", "polo.cli", "arena", str(path), f"--out={out}"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    argv = ["arena", str(path), f"--out={out}", "--workers=3"]
+    arena = multiprocessing.get_context("fork").Process(target=_quiet_main, args=(argv,))
+    arena.start()
 
     def interrupted() -> list[str]:
         return [n for n, p in runs.items() if n.startswith("rloo") and (p / "checkpoints").is_dir()
@@ -62,17 +71,17 @@ def _kill_then_resume(root: Path, tiny: list[str]) -> dict:
 
     deadline = time.time() + 400
     while not ((runs["grpo_s0"] / "DONE").exists() and (runs["grpo_s1"] / "DONE").exists() and interrupted()):
-        assert arena.poll() is None, "the arena ended before it could be killed"
+        assert arena.is_alive(), "the arena ended before it could be killed"
         assert time.time() < deadline, "the arena did not get far enough in time"
         time.sleep(0.05)
-    arena.send_signal(signal.SIGKILL)  # the arena only: its trainings must die with it
-    arena.wait()
+    os.kill(arena.pid, signal.SIGKILL)  # the arena only: its trainings must die with it
+    arena.join()
     resumed = interrupted()
     deadline = time.time() + 20
     while (orphans := _pids_mentioning(str(out))) and time.time() < deadline:
         time.sleep(0.1)
-    if orphans:
-        os.killpg(arena.pid, signal.SIGKILL)
+    for pid in orphans:
+        os.kill(pid, signal.SIGKILL)
     before = {n: _snapshot(runs[n]) for n in ("grpo_s0", "grpo_s1")}
 
     code = main(["arena", str(path), f"--out={out}"])

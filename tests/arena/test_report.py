@@ -68,3 +68,12 @@ def test_smooth_keeps_constants_and_length():
     y = np.full(10, 3.0)
     assert np.allclose(smooth(y, 3), y)
     assert len(smooth(np.arange(7.0), 4)) == 7
+
+
+def test_cli_report_only_writes_the_report_of_finished_runs(tmp_path):
+    from polo.cli import main
+
+    arena, out = fake_arena(tmp_path)
+    assert main(["arena", str(arena.source), f"--out={out}", "--report-only"]) == 0
+    assert "--report-only" in (out / "report.md").read_text()
+    assert (out / "report.html").is_file()
