@@ -207,16 +207,34 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return parsed
 
 
-def resolve_recipe_path(recipe: str | Path) -> Path:
-    """A path, or the name of a shipped recipe (``grpo`` or ``grpo.yaml``)."""
-    path = Path(recipe)
+def resolve_shipped(name_or_path: str | Path, folder: Path, kind: str) -> Path:
+    """A YAML path, or the name of a file shipped in ``folder`` (``grpo`` or ``grpo.yaml``)."""
+    path = Path(name_or_path)
     if path.is_file():
         return path
-    shipped = RECIPES_DIR / (path.name if path.suffix else f"{path.name}.yaml")
+    shipped = folder / (path.name if path.suffix else f"{path.name}.yaml")
     if shipped.is_file():
         return shipped
-    names = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
-    raise ConfigError(f"recipe {str(recipe)!r} not found; shipped recipes: {names}")
+    names = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+    raise ConfigError(f"{kind} {str(name_or_path)!r} not found; shipped {kind}s: {names}")
+
+
+def resolve_recipe_path(recipe: str | Path) -> Path:
+    return resolve_shipped(recipe, RECIPES_DIR, "recipe")
+
+
+def validation_message(err: ValidationError) -> str:
+    """One line per problem, each naming its key: unknown keys, wrong types, failed checks."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"unknown key {loc!r}")
+        elif e["type"] == "value_error":
+            lines.append(f"{loc + ': ' if loc else ''}{e['ctx']['error'] if 'ctx' in e else e['msg']}")
+        else:
+            lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
 
 
 def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
@@ -233,16 +251,7 @@ def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
     try:
         return Recipe.model_validate(tree)
     except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            loc = ".".join(str(p) for p in e["loc"])
-            if e["type"] == "extra_forbidden":
-                lines.append(f"unknown key {loc!r}")
-            elif e["type"] == "value_error":
-                lines.append(str(e["ctx"]["error"]) if "ctx" in e else e["msg"])
-            else:
-                lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
-        raise ConfigError("invalid recipe: " + "; ".join(lines)) from None
+        raise ConfigError("invalid recipe: " + validation_message(err)) from None
 
 
 def dump_recipe(recipe: Recipe) -> str:
