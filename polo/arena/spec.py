@@ -33,7 +33,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from polo.core.registry import ConfigError
-from polo.train.config import Recipe, Section, load_recipe
+from polo.train.config import Recipe, Section, load_recipe, resolve_shipped, validation_message
 
 ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
@@ -151,27 +151,7 @@ def _recipe_ref(recipe: str, arena_dir: Path) -> str:
 
 def resolve_arena_path(arena: str | Path) -> Path:
     """A path, or the name of a shipped arena (``default`` or ``default.yaml``)."""
-    path = Path(arena)
-    if path.is_file():
-        return path
-    shipped = ARENAS_DIR / (path.name if path.suffix else f"{path.name}.yaml")
-    if shipped.is_file():
-        return shipped
-    names = ", ".join(sorted(p.stem for p in ARENAS_DIR.glob("*.yaml")))
-    raise ConfigError(f"arena {str(arena)!r} not found; shipped arenas: {names}")
-
-
-def _validation_message(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        if e["type"] == "extra_forbidden":
-            lines.append(f"unknown key {loc!r}")
-        elif e["type"] == "value_error":
-            lines.append(f"{loc + ': ' if loc else ''}{e['ctx']['error'] if 'ctx' in e else e['msg']}")
-        else:
-            lines.append(f"{loc}: {e['msg']} (got {e.get('input')!r})")
-    return "; ".join(lines)
+    return resolve_shipped(arena, ARENAS_DIR, "arena")
 
 
 def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
@@ -183,7 +163,7 @@ def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
     try:
         spec = ArenaFile.model_validate(tree)
     except ValidationError as err:
-        raise ConfigError(f"invalid arena file {path}: {_validation_message(err)}") from None
+        raise ConfigError(f"invalid arena file {path}: {validation_message(err)}") from None
     entries = spec.resolved_entries()
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):
