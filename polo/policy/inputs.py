@@ -8,13 +8,12 @@ from torch import Tensor
 def pad_sequences(seqs: list[list[int]], pad_id: int, *, left: bool, device=None) -> tuple[Tensor, Tensor]:
     """Pad token lists into ``(ids [B, T], mask [B, T])``, on the left (prompts) or the right (completions)."""
     width = max((len(s) for s in seqs), default=0)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        span = slice(width - len(seq), width) if left else slice(0, len(seq))
-        ids[row, span] = torch.tensor(seq, dtype=torch.long)
-        mask[row, span] = 1
-    return ids.to(device), mask.to(device)
+    padded = [[pad_id] * (width - len(s)) + s if left else s + [pad_id] * (width - len(s)) for s in seqs]
+    ids = torch.tensor(padded, dtype=torch.long).reshape(len(seqs), width)
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    column = torch.arange(width)
+    mask = (column >= width - lengths[:, None]) if left else (column < lengths[:, None])
+    return ids.to(device), mask.long().to(device)
 
 
 def positions(attention_mask: Tensor) -> Tensor:

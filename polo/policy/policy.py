@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from polo.core.losses.entropy import entropy_from_logits
 from polo.policy.inputs import concat_inputs, pad_sequences
 from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora
+from polo.policy.prefix import read_after_prompt
 
 ADAPTER_DIR = "adapter"
 
@@ -96,8 +97,8 @@ class Policy(nn.Module):
     def decode(self, response_ids: Tensor, response_mask: Tensor) -> list[str]:
         """Text of the masked response tokens, without eos, pad and other special tokens."""
         keep = response_mask.bool() & ~torch.isin(response_ids, torch.tensor(self.stop_token_ids).to(response_ids))
-        return [self.tokenizer.decode(ids[k].tolist(), skip_special_tokens=True)
-                for ids, k in zip(response_ids.cpu(), keep.cpu())]
+        rows = torch.where(keep, response_ids, -1).tolist()
+        return self.tokenizer.batch_decode([[i for i in row if i >= 0] for row in rows], skip_special_tokens=True)
 
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool = False, return_full: bool = False,
@@ -108,9 +109,13 @@ class Policy(nn.Module):
         ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings). ``allow`` ``[B, T, V]``
         restricts the distribution to the allowed tokens (NLPO's action mask), renormalized."""
         T = response_ids.shape[1]
-        out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
-                         logits_to_keep=T + 1, output_hidden_states=hidden_layer is not None)
-        logits = out.logits[:, :-1].float()  # position t-1 predicts response token t
+        if hidden_layer is None:  # position t-1 predicts response token t
+            logits = read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                       lambda out: out.logits, lm_head=True).float()
+        else:
+            out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
+                             logits_to_keep=T + 1, output_hidden_states=True)
+            logits = out.logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
         if allow is not None:
@@ -146,7 +151,6 @@ class ValueModel(nn.Module):
 
     def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
         """``[B, T]`` values ``V(s_t)`` read at the position just before response token ``t`` (0 where masked)."""
-        T = response_ids.shape[1]
-        hidden = self.trunk(**concat_inputs(prompt_ids, prompt_mask, response_ids[:, :-1]),
-                            use_cache=False).last_hidden_state[:, -T:]
+        hidden = read_after_prompt(self.trunk, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                   lambda out: out.last_hidden_state, lm_head=False)
         return self.head(hidden).squeeze(-1).float().masked_fill(~response_mask.bool(), 0.0)

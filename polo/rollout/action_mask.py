@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache
-
 from polo.core.action_mask import top_p_allow
 from polo.policy.policy import Policy
+from polo.policy.prefix import CACHE_ARG, new_cache, prefill
 
 
 class NucleusActionMask:
@@ -20,12 +19,18 @@ class NucleusActionMask:
         self.always = torch.tensor(sorted({*mask_policy.stop_token_ids, mask_policy.pad_token_id}))
         self.cache = None
 
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.policy.hf_model.config)
+    def prefill(self, distinct: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """Start a batch from ``polo.policy.prefix.distinct_prompts``' output: the mask of the first token."""
+        self.cache = new_cache(self.policy.hf_model)
+        logits = prefill(self.policy.model, distinct, self.cache, logits_to_keep=1).logits[:, -1][distinct[2]]
+        return self.allow(logits)
 
-    def __call__(self, inputs: dict[str, Tensor], attention: Tensor, cache_arg: str) -> Tensor:
-        logits = self.policy.model(**inputs, attention_mask=attention, use_cache=True, logits_to_keep=1,
-                                   **{cache_arg: self.cache}).logits[:, -1]
+    def step(self, inputs: dict[str, Tensor]) -> Tensor:
+        """The mask of the next token, given the sampler's one-token ``inputs``."""
+        return self.allow(self.policy.model(**inputs, use_cache=True, logits_to_keep=1,
+                                            **{CACHE_ARG: self.cache}).logits[:, -1])
+
+    def allow(self, logits: Tensor) -> Tensor:
         return top_p_allow(logits, self.top_p, self.min_keep, self.always.to(logits.device))
 
     def select(self, keep: Tensor) -> None:

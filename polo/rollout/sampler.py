@@ -1,24 +1,20 @@
-"""polo's batched sampler: one prefill of the left-padded prompts, then token-by-token decoding with a KV cache.
+"""polo's batched sampler: one prefill of each distinct left-padded prompt (shared by its G samples), then token-by-token decoding with a KV cache.
 
 Rows that emit a stop token are dropped from the model's batch and KV cache in groups, so the work per step
 shrinks with the number of unfinished rows; the loop ends when every row has finished.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, LlamaForCausalLM
-
-from polo.policy.inputs import positions, trim_left_padding
+from polo.policy.inputs import trim_left_padding
 from polo.policy.policy import Policy, token_logp
+from polo.policy.prefix import CACHE_ARG, distinct_prompts, new_cache, prefill
 
 COMPACT_FRACTION = 8
 """Finished rows leave the batch once they are at least 1/COMPACT_FRACTION of it (selecting cache rows costs)."""
-# transformers 5 renamed ``past_key_values`` to ``cache``
-_CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -69,20 +65,20 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     rows = torch.arange(B, device=device)  # original index of each row still in the model's batch
     alive = torch.ones(B, dtype=torch.bool, device=device)  # per row of the model's batch
     attention = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)
-    cache = DynamicCache(config=policy.hf_model.config)
-    inputs = {"input_ids": prompt_ids, "position_ids": positions(prompt_mask)}
     next_position = prompt_mask.sum(-1, keepdim=True)
+    padded = not bool(prompt_mask.all())  # without padding the model's own causal mask is enough
+    distinct = distinct_prompts(prompt_ids, prompt_mask)  # the G samples of a prompt share its prefill
+    cache = new_cache(policy.hf_model)
+    logits = prefill(policy.model, distinct, cache, logits_to_keep=1).logits[:, -1][distinct[2]]
     steps = 0
     out_allow = None
     if action_mask is not None:
-        action_mask.reset()
+        allow = action_mask.prefill(distinct)
         out_allow = torch.ones(B, max_new_tokens, policy.hf_model.config.vocab_size, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
-        logits = policy.model(**inputs, attention_mask=attention[:, : Tp + t], use_cache=True, logits_to_keep=1,
-                              **{_CACHE_ARG: cache}).logits[:, -1]
         z = logits.float() / temperature
         if action_mask is not None:
-            allow = action_mask(inputs, attention[:, : Tp + t], _CACHE_ARG)[:, : z.shape[-1]]
+            allow = allow[:, : z.shape[-1]]
             z = z.masked_fill(~allow, float("-inf"))
             out_allow[rows[alive], t, : z.shape[-1]] = allow[alive]
         token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
@@ -95,7 +91,7 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         truncated[rows[stopped]] = False
         alive &= ~stopped
         n_alive = int(alive.sum())
-        if n_alive == 0:
+        if n_alive == 0 or steps == max_new_tokens:
             break
         if len(rows) - n_alive >= max(1, len(rows) // COMPACT_FRACTION):
             keep = alive.nonzero().squeeze(1)
@@ -104,7 +100,11 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
                 action_mask.select(keep)
             rows, alive, token, attention, next_position = (
                 x[keep] for x in (rows, alive, token, attention, next_position))
-        inputs = {"input_ids": token[:, None], "position_ids": next_position}
+        inputs = {"input_ids": token[:, None], "position_ids": next_position,
+                  "attention_mask": attention[:, : Tp + steps] if padded else None}
+        logits = policy.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: cache}).logits[:, -1]
+        if action_mask is not None:
+            allow = action_mask.step(inputs)
         next_position = next_position + 1
 
     mask = torch.arange(steps, device=device) < length[:, None]

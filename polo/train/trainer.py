@@ -79,7 +79,9 @@ class Trainer:
         self.privileged_critic = ValueModel.from_policy(self.policy) if "values_privileged" in self.needs else None
         o = recipe.optim
         self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        fused = all(p.device.type in ("cpu", "cuda") for p in self.params)  # one kernel for all parameters
+        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay,
+                                           fused=fused)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(o, recipe.train.steps))
         self.critic_optimizers = {
             name: torch.optim.AdamW(model.parameters(), lr=recipe.critic.lr)

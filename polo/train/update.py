@@ -2,6 +2,9 @@
 
 Each optimizer step's loss is aggregated with the token / sequence counts of its whole minibatch
 (``StepCounts``), so gradient accumulation over micro-batches gives the same step as one big batch.
+When the policy loss is the only term and is inert at zero advantage (``PolicyLoss.inert_at_zero_advantage``),
+rows whose advantages are all 0 (e.g. GRPO groups with equal rewards) skip the forward/backward: same
+gradient, less work; ``policy/*`` metrics then describe the rows that carry gradient.
 """
 from __future__ import annotations
 
@@ -14,8 +17,18 @@ from polo.core.losses.value import clipped_value_loss
 
 
 def _micro_slices(n: int, size: int | None, parts: int = 1) -> list[slice]:
-    size = size or math.ceil(n / parts)
+    size = size or max(1, math.ceil(n / parts))
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -> list[torch.Tensor]:
+    """Row indices of ``n`` minibatches made of whole groups in random order: a group's samples stay together
+    (per-group losses see whole groups, and its G samples share one prompt forward, polo.policy.prefix)."""
+    ids, inverse = group.unique(return_inverse=True)
+    rank = torch.randperm(len(ids), generator=generator)[inverse]  # each row's group's random position
+    order = torch.argsort(rank, stable=True)
+    bounds = torch.searchsorted(rank[order], torch.tensor([len(ids) * k // n for k in range(1, n)]))
+    return [rows for rows in torch.tensor_split(order, bounds) if len(rows)]
 
 
 def _flat_grad(params) -> torch.Tensor:
@@ -35,16 +48,22 @@ class Updater:
         weight_total = 0.0
         grad_norms, lr_factors = [], []
         hook = t.components.get("optimizer_hook")
+        skip_inert = (t.policy_loss.inert_at_zero_advantage and t.kl_coef == 0 and not r.entropy_coef
+                      and not t.critic_optimizers and hook is None and not policy_frozen)
         t.policy.train()
         for _ in range(r.train.epochs):
-            order = torch.randperm(batch.batch_size, generator=t.shuffle_generator)
-            for rows in order.chunk(r.train.minibatches):
+            for rows in group_minibatches(batch.group, r.train.minibatches, t.shuffle_generator):
                 minibatch = batch.select(rows)
                 counts = StepCounts.from_mask(minibatch.response_mask, t.max_new_tokens)
-                slices = _micro_slices(len(rows), r.train.micro_batch_size, hook.estimates if hook else 1)
+                if skip_inert:  # rows with all-zero advantages add nothing to the gradient
+                    minibatch = minibatch.select((minibatch.advantages != 0).any(-1))
+                    if minibatch.batch_size == 0:
+                        for p in t.params:  # the same optimizer step as a backward of zeros
+                            p.grad = torch.zeros_like(p)
+                slices = _micro_slices(minibatch.batch_size, r.train.micro_batch_size, hook.estimates if hook else 1)
                 estimates, previous = [], None
                 for part in slices:
-                    micro = minibatch.select(torch.arange(len(rows))[part])
+                    micro = minibatch.select(torch.arange(minibatch.batch_size)[part])
                     stats = self.backward(micro, counts, len(rows), policy_frozen)
                     if hook is not None and not policy_frozen:
                         grad = _flat_grad(t.params)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -25,6 +26,10 @@ class PolicyLoss(Component):
     """``logp`` (with grad) and the batch (old_logp, advantages, response_mask) → ``LossOutput``."""
 
     requires = frozenset({"old_logp"})
+    inert_at_zero_advantage: ClassVar[bool] = False
+    """True when a row whose advantages are all 0 has ``u = 0`` and ``∂u/∂logp = 0`` on every token (the
+    loss is a sum of per-row terms, each proportional to the row's advantages): the updater then leaves
+    such rows out of the forward/backward, which does not change the gradient."""
 
     def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:
         raise NotImplementedError

@@ -15,6 +15,7 @@ class CISPO(PolicyLoss):
     """``u = −sg(w)·A·logp`` with ``w = min(r, eps_max)``, or ``w = clamp(r, 1−clip_low, 1+clip_high)`` when
     ``two_sided``. Every token keeps a gradient: ∂u/∂logp = −w·A."""
 
+    inert_at_zero_advantage = True
     spec = "single_turn_core.md §6"
     provenance = "CODE"
 

@@ -16,6 +16,7 @@ class GSPO(PolicyLoss):
     ``log s_{i,t} = sg(log s_i) + logp_t − sg(logp_t)`` (clamped ≤ 10);
     ``u = max(−A·s, −A·clamp(s, 1−ε_low, 1+ε_high))``. Use with ``seq_mean_token_mean``."""
 
+    inert_at_zero_advantage = True
     spec = "single_turn_core.md §5"
     provenance = "CODE"
 

@@ -19,6 +19,7 @@ class PPOClip(PolicyLoss):
     selected.
     """
 
+    inert_at_zero_advantage = True
     spec = "single_turn_core.md §0.2, §1"
     provenance = "CODE"
 

@@ -1,0 +1,85 @@
+"""Prompt sharing: the G samples of a prompt share one forward pass over it.
+
+A GRPO batch holds each prompt G times. Causal attention makes a prompt's keys and values the same in all
+G rows, so each *distinct* prompt is run once into a KV cache, the cache is expanded to all B rows by
+indexing (differentiable: gradients from the G continuations add up on the shared prompt), and only the
+continuations are run on the full batch. Token positions computed drop from ``B·(Tp + T)`` to
+``U·Tp + B·T`` (U distinct prompts); results equal one forward over ``prompt ++ continuation``.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, LlamaForCausalLM
+
+from polo.policy.inputs import concat_inputs, positions, trim_left_padding
+
+# transformers 5 renamed ``past_key_values`` to ``cache``
+CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+def new_cache(model) -> DynamicCache:
+    return DynamicCache(config=model.config)
+
+
+def hash_weights(width: int, device) -> Tensor:
+    """Fixed random int64 weights: ``row · w`` (wrapping modulo 2^64) is a hash of an integer row."""
+    return torch.randint(1, 2**62, (width,), generator=torch.Generator().manual_seed(width)).to(device)
+
+
+def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(ids [U, Tp], mask [U, Tp], inverse [B])``: the distinct (ids, mask) rows, row b being ``inverse[b]``.
+
+    Rows are grouped by a hash (a 1-D ``unique``, ~15× faster than ``unique(dim=0)``); the grouping is
+    checked exactly and a hash collision falls back to ``unique(dim=0)``.
+    """
+    Tp = prompt_ids.shape[1]
+    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids)], 1)
+    keys, inverse = torch.unique((rows * hash_weights(rows.shape[1], rows.device)).sum(1), return_inverse=True)
+    first = torch.full_like(keys, len(rows)).scatter_reduce_(0, inverse, torch.arange(len(rows), device=rows.device),
+                                                             "amin")
+    distinct = rows[first]
+    if not torch.equal(distinct[inverse], rows):
+        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    return distinct[:, :Tp], distinct[:, Tp:], inverse
+
+
+def prefill(model, distinct: tuple[Tensor, Tensor, Tensor], cache: DynamicCache, **kwargs):
+    """Run each distinct prompt (``distinct_prompts``' output) once into ``cache``, then expand the cache to
+    one row per prompt of the batch. Returns the model output over the U distinct prompts; row b's outputs
+    are at ``inverse[b]``.
+    """
+    ids, mask, inverse = distinct
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
+                **{CACHE_ARG: cache}, **kwargs)
+    cache.batch_select_indices(inverse)
+    return out
+
+
+def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuation: Tensor,
+                      read: Callable[[object], Tensor], *, lm_head: bool) -> Tensor:
+    """``read(model(prompt ++ continuation))`` at the last prompt position and at every continuation position,
+    ``[B, 1 + Tc, ...]``, each distinct prompt computed once.
+
+    ``read`` picks the output tensor (``logits`` of a causal LM with ``lm_head``, ``last_hidden_state`` of a
+    trunk). Without repeated prompts this is one plain forward.
+    """
+    prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask.long())
+    B, Tc = continuation.shape
+    distinct = distinct_prompts(prompt_ids, prompt_mask)
+    if len(distinct[0]) == B:
+        keep = {"logits_to_keep": Tc + 1} if lm_head else {}
+        return read(model(**concat_inputs(prompt_ids, prompt_mask, continuation), use_cache=False, **keep))[:, -(Tc + 1):]
+    cache = new_cache(model)
+    out = prefill(model, distinct, cache, **({"logits_to_keep": 1} if lm_head else {}))
+    head = read(out)[:, -1:][distinct[2]]
+    if Tc == 0:
+        return head
+    attention = torch.cat([prompt_mask, prompt_mask.new_ones(B, Tc)], 1)
+    position = prompt_mask.sum(-1, keepdim=True) + torch.arange(Tc, device=continuation.device)
+    tail = read(model(input_ids=continuation, attention_mask=attention, position_ids=position, use_cache=True,
+                      **{CACHE_ARG: cache}))
+    return torch.cat([head, tail], 1)

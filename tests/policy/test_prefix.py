@@ -1,0 +1,85 @@
+"""Prompt sharing (polo.policy.prefix): each distinct prompt is computed once, results equal a plain forward."""
+import pytest
+import torch
+
+from polo.policy import TinyModelConfig, ValueModel
+from polo.policy.inputs import concat_inputs
+from polo.policy.policy import token_logp
+from polo.policy import prefix
+from polo.policy.prefix import distinct_prompts, read_after_prompt
+from polo.policy.tiny import build_tiny_policy
+
+SMALL = TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def policy(request):
+    torch.manual_seed(0)
+    return build_tiny_policy(SMALL.model_copy(update={"arch": request.param}))
+
+
+def grouped_batch(policy, order_seed=0):
+    """3 prompts of different lengths × 4 samples, rows shuffled; responses of different lengths."""
+    prompts = [p for p in ["2+3=", "17+25=", "a"] for _ in range(4)]
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(order_seed)).tolist()
+    p_ids, p_mask = policy.encode_prompts([prompts[i] for i in order])
+    g = torch.Generator().manual_seed(1)
+    r_ids = torch.randint(3, 40, (len(prompts), 5), generator=g)
+    r_mask = (torch.arange(5) < torch.randint(1, 6, (len(prompts), 1), generator=g)).long()
+    return p_ids, p_mask, r_ids, r_mask
+
+
+def plain_logp(policy, p_ids, p_mask, r_ids, r_mask):
+    T = r_ids.shape[1]
+    logits = policy.model(**concat_inputs(p_ids, p_mask, r_ids), use_cache=False, logits_to_keep=T + 1).logits
+    return token_logp(logits[:, :-1].float(), r_ids).masked_fill(r_mask == 0, 0.0)
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_distinct_prompts_inverse_rebuilds_the_batch(policy, monkeypatch, collide):
+    if collide:  # every row hashes to 0: the exact check must catch it
+        monkeypatch.setattr(prefix, "hash_weights", lambda width, device: torch.zeros(width, dtype=torch.long))
+    p_ids, p_mask, _, _ = grouped_batch(policy)
+    ids, mask, inverse = distinct_prompts(p_ids, p_mask)
+    assert len(ids) == 3 and torch.equal(ids[inverse], p_ids) and torch.equal(mask[inverse], p_mask)
+
+
+def test_shared_forward_equals_plain_forward_values_and_gradients(policy):
+    p_ids, p_mask, r_ids, r_mask = grouped_batch(policy)
+    params = list(policy.parameters())
+    plain = plain_logp(policy, p_ids, p_mask, r_ids, r_mask)
+    shared = policy.forward_logp(p_ids, p_mask, r_ids, r_mask)["logp"]
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    weights = torch.randn(plain.shape, generator=torch.Generator().manual_seed(2))
+    g_plain = torch.autograd.grad((plain * weights).sum(), params)
+    g_shared = torch.autograd.grad((shared * weights).sum(), params)
+    for a, b in zip(g_plain, g_shared):
+        torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+def test_single_token_responses_and_all_distinct_prompts(policy):
+    p_ids, p_mask, r_ids, r_mask = grouped_batch(policy)
+    one = policy.forward_logp(p_ids, p_mask, r_ids[:, :1], r_mask[:, :1])["logp"]  # prefill only, no tail
+    torch.testing.assert_close(one, plain_logp(policy, p_ids, p_mask, r_ids[:, :1], r_mask[:, :1]), atol=1e-5, rtol=0)
+    first = torch.tensor([0, 1, 2])  # no repeated prompt: the plain path
+    ids, mask, _ = distinct_prompts(p_ids, p_mask)
+    sub = ids[first], mask[first], r_ids[:3], r_mask[:3]
+    torch.testing.assert_close(policy.forward_logp(*sub)["logp"], plain_logp(policy, *sub), atol=1e-5, rtol=0)
+
+
+def test_value_model_shares_prompts(policy):
+    p_ids, p_mask, r_ids, r_mask = grouped_batch(policy)
+    critic = ValueModel.from_policy(policy)
+    torch.nn.init.normal_(critic.head.weight)
+    shared = critic(p_ids, p_mask, r_ids, r_mask)
+    T = r_ids.shape[1]
+    hidden = critic.trunk(**concat_inputs(p_ids, p_mask, r_ids[:, :-1]), use_cache=False).last_hidden_state[:, -T:]
+    plain = critic.head(hidden).squeeze(-1).masked_fill(r_mask == 0, 0.0)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+
+
+def test_read_after_prompt_shape_and_architecture(policy):
+    assert type(policy.model).__name__ in ("LlamaForCausalLM", "Qwen2ForCausalLM")
+    p_ids, p_mask, r_ids, _ = grouped_batch(policy)
+    out = read_after_prompt(policy.model, p_ids, p_mask, r_ids, lambda o: o.logits, lm_head=True)
+    assert out.shape == (len(p_ids), 1 + r_ids.shape[1], policy.hf_model.config.vocab_size)

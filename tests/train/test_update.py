@@ -1,0 +1,68 @@
+"""The updater: rows with all-zero advantages skip the forward/backward without changing the update."""
+import pytest
+import torch
+
+from polo.core.batch import RolloutBatch
+from polo.core.losses.ppo_clip import PPOClip
+from polo.train.config import load_recipe
+from polo.train.trainer import Trainer
+from polo.train.update import group_minibatches
+
+
+def make_trainer(tmp_path, tiny, name, *extra):
+    return Trainer(load_recipe("grpo", [*tiny, "train.minibatches=2", *extra]), tmp_path / name, log=lambda *a: None)
+
+
+def scored_batch(trainer, zero_groups):
+    """4 prompts × 4 samples of random responses; the advantages of groups in ``zero_groups`` are 0."""
+    policy = trainer.policy
+    prompt_ids, prompt_mask = policy.encode_prompts([p for p in ["1+2=", "13+4=", "5+60=", "7+7="] for _ in range(4)])
+    g = torch.Generator().manual_seed(0)
+    response_ids = torch.randint(3, 20, (16, 4), generator=g)
+    response_mask = (torch.arange(4) < torch.randint(1, 5, (16, 1), generator=g)).long()
+    group = torch.arange(4).repeat_interleave(4)
+    with torch.no_grad():
+        old = policy.forward_logp(prompt_ids, prompt_mask, response_ids, response_mask)["logp"]
+    advantages = torch.randn(16, 1, generator=g) * response_mask
+    advantages[torch.isin(group, torch.tensor(zero_groups))] = 0.0
+    return RolloutBatch(prompt_ids, prompt_mask, response_ids, response_mask, group, torch.zeros(16),
+                        old_logp=old + 0.05 * torch.randn(16, 4, generator=g) * response_mask,
+                        advantages=advantages)
+
+
+@pytest.mark.parametrize("zero_groups", [[1, 3], [0, 1, 2, 3]])
+def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, monkeypatch, zero_groups):
+    skipping, full = make_trainer(tmp_path, tiny, "a"), make_trainer(tmp_path, tiny, "b")
+    assert all(torch.equal(a, b) for a, b in zip(skipping.params, full.params))
+    batch = scored_batch(skipping, zero_groups)
+    skipping.updater.run(batch)
+    monkeypatch.setattr(PPOClip, "inert_at_zero_advantage", False)
+    full.updater.run(batch)
+    moved = any(not torch.equal(p, q) for p, q in zip(skipping.params, make_trainer(tmp_path, tiny, "c").params))
+    assert moved == (len(zero_groups) < 4)
+    for a, b in zip(skipping.params, full.params):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    for a, b in zip(skipping.optimizer.state.values(), full.optimizer.state.values()):
+        torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"], atol=1e-9, rtol=1e-4)
+
+
+def test_rows_are_not_skipped_when_another_term_needs_them(tmp_path, tiny, monkeypatch):
+    trainer = make_trainer(tmp_path, tiny, "a", "entropy_coef=0.01")
+    seen = []
+    backward = trainer.updater.backward
+    monkeypatch.setattr(trainer.updater, "backward", lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a))
+    trainer.updater.run(scored_batch(trainer, [0, 1]))
+    assert sum(seen) == 16
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 9])
+def test_group_minibatches_keep_groups_whole_and_cover_every_row_once(n):
+    group = torch.tensor([7, 7, 2, 2, 2, 9, 9, 4, 4, 4, 1])  # uneven groups, arbitrary ids
+    minibatches = group_minibatches(group, n, torch.Generator().manual_seed(0))
+    rows = torch.cat(minibatches)
+    assert sorted(rows.tolist()) == list(range(len(group)))
+    assert len(minibatches) == min(n, 5)
+    seen = [set(group[m].tolist()) for m in minibatches]
+    assert all(a.isdisjoint(b) for i, a in enumerate(seen) for b in seen[i + 1:])
+    sizes = [len(s) for s in seen]
+    assert max(sizes) - min(sizes) <= 1
