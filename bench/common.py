@@ -57,6 +57,8 @@ class Setting:
     prompts: int
     generations: int
     max_tokens: int
+    minibatches: int = 1
+    """Optimizer steps per generation batch (polo ``train.minibatches``, TRL ``steps_per_generation``)."""
 
     @property
     def rows(self) -> int:
@@ -64,7 +66,7 @@ class Setting:
 
 
 SETTINGS = [Setting("8x8 <=8 tok", 8, 8, 8), Setting("32x8 <=64 tok", 32, 8, 64)]
-DEFAULT_SETTING = Setting("64x8 <=4 tok (polo train grpo)", 64, 8, 4)
+DEFAULT_SETTING = Setting("64x8 <=4 tok, 4 minibatches (polo train grpo)", 64, 8, 4, minibatches=4)  # polo/recipes/grpo.yaml
 
 
 def parse_args(description: str, **extra: dict) -> argparse.Namespace:
@@ -181,7 +183,8 @@ def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0):
     from polo.train.trainer import Trainer
 
     overrides = [f"rollout.prompts_per_step={setting.prompts}", f"rollout.samples_per_prompt={setting.generations}",
-                 f"rollout.max_new_tokens={setting.max_tokens}", f"optim.lr={LR}", "train.threads=1", f"seed={seed}"]
+                 f"rollout.max_new_tokens={setting.max_tokens}", f"train.minibatches={setting.minibatches}",
+                 f"optim.lr={LR}", "train.threads=1", f"seed={seed}"]
     if model_dir is not None:
         overrides.append(f"model.path={model_dir}")
     recipe = load_recipe("grpo", overrides)
@@ -191,7 +194,7 @@ def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0):
 def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
     """TRL's GRPOTrainer on the same work as :func:`polo_trainer`: same model folder, prompts (in polo's
     order), rewards, group size, completion cap, loss (``grpo`` = per-sequence token mean, PPO clip 0.2,
-    no KL), AdamW at the same lr, grad clip 1, one update per step, no vLLM. ``trainer.step_times``
+    no KL), AdamW at the same lr, grad clip 1, ``setting.minibatches`` updates per generation batch, no vLLM. ``trainer.step_times``
     (seconds between consecutive step ends) fills as ``trainer.train()`` runs."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
@@ -206,12 +209,13 @@ def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
             trainer.step_times.append(now - self.last)
             self.last = now
 
-    examples = prompt_order(setting.prompts * steps, seed)
+    examples = prompt_order(setting.prompts * steps, seed)  # steps generation batches (enough for the steps)
     data = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
     rewards, weights = reward_functions()
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), max_steps=steps, seed=seed,
-        per_device_train_batch_size=setting.rows, num_generations=setting.generations,
+        per_device_train_batch_size=setting.rows // setting.minibatches, steps_per_generation=setting.minibatches,
+        num_generations=setting.generations,
         max_completion_length=setting.max_tokens, temperature=1.0, top_p=1.0, top_k=0,
         learning_rate=LR, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
         max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", reward_weights=weights,

@@ -1,17 +1,18 @@
 """Wall-clock from the warm start to +15 points of held-out greedy accuracy: polo's `grpo` vs TRL's GRPOTrainer.
 
-Both start from the same folder (polo's warm-started built-in model, default recipe, seed 0), train on the
-same prompts (the addition task's 5,000-problem training pool in polo's order) with the same rewards
-(``correct`` 1.0 + ``digit_match`` 0.5) and are scored by the same code: ``polo.train.evaluate.accuracy``
-(greedy, the 500 test problems of seed 0) on a polo ``Policy`` built from that folder into which the trainer's
-current weights are loaded. Evaluations come every 320 training prompts (polo: every 5 steps of 64); the clock
-is training only (evaluation excluded on both sides) until the first evaluation at or above warm start + 0.15.
+For each seed both trainers start from the same folder (polo's warm-started built-in model, default recipe,
+that seed), train on the same prompts (the addition task's 5,000-problem training pool in polo's order for
+that seed) with the same rewards (``correct`` 1.0 + ``digit_match`` 0.5) and are scored by the same code:
+``polo.train.evaluate.accuracy`` (greedy, the seed's 500 test problems) on a polo ``Policy`` built from that
+folder into which the trainer's current weights are loaded. Evaluations come every ``EVAL_PROMPTS`` training
+prompts; the clock is training only (evaluation excluded on both sides) until the first evaluation at or
+above warm start + 0.15.
 
-polo runs ``polo train grpo`` as shipped (``Trainer(load_recipe("grpo", ...)).run()``, only ``eval_every`` 5).
-TRL runs a sweep of settings (``TRL_SETTINGS``); the fastest one to reach the target is then rerun, alternating
-with polo (and with polo at that setting's batch and lr, where polo has them), and the headline ratio is the
-median over rounds of TRL seconds / polo seconds. A run that has not reached the target after ``--limit``
-training seconds (checked at evaluations) stops there.
+polo runs ``polo train grpo`` as shipped (``Trainer(load_recipe("grpo", ...)).run()``, only ``eval_every``
+set). TRL runs a sweep of settings (``TRL_SETTINGS``) on seed 0; the fastest to reach the target is then run on
+every seed next to polo (and polo at that setting's batch, minibatching and lr, where polo has them). The
+headline is the median over seeds of TRL seconds / polo seconds. A run that has not reached the target after
+``--limit`` training seconds (checked at evaluations) stops there.
 
     pip install -e '.[bench]' && python bench/learning_efficiency.py [--quick] [--limit SECONDS]
 """
@@ -34,22 +35,22 @@ from polo.train.trainer import Trainer, max_new_tokens  # noqa: E402
 from polo.train.warm_start import ensure_warm_start  # noqa: E402
 
 GAIN = 0.15
-EVAL_PROMPTS = 320
-"""Training prompts between two evaluations: polo's ``eval_every`` 5 × 64 prompts per step."""
-POLO_OVERRIDES = ["seed=0", "train.threads=1", f"train.eval_every={EVAL_PROMPTS // 64}"]
+EVAL_PROMPTS = 64
+"""Training prompts between two evaluations (polo: ``eval_every`` = 64 / prompts per step, at least 1)."""
+SEEDS = (0, 1, 2)
 
 
 # TRL: every run is one thread, CPU, no vLLM, in-memory dataset, no logging, completions capped at 4 tokens
 # (3 digits + EOS, polo's cap). Each setting lists what it changes relative to TRL 1.16's GRPOConfig defaults.
 TRL_FIXED = dict(max_completion_length=4, temperature=1.0, num_generations=8, use_vllm=False, use_cpu=True,
                  bf16=False, report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True,
-                 dataloader_num_workers=0, shuffle_dataset=False, seed=0)
+                 dataloader_num_workers=0, shuffle_dataset=False)
 TUNED = dict(lr_scheduler_type="constant", optim="adamw_torch", gradient_checkpointing=False, loss_type="grpo")
 """polo's loop: constant lr, plain AdamW, no activation recomputation, per-sequence token-mean loss."""
 
 
 def tuned(prompts: int, lr: float, **extra) -> dict:
-    """``prompts`` × 8 completions per step at constant ``lr``, plus ``extra`` GRPOConfig fields."""
+    """``prompts`` × 8 completions per optimizer step at constant ``lr``, plus ``extra`` GRPOConfig fields."""
     return dict(TUNED, per_device_train_batch_size=prompts * 8, learning_rate=lr, **extra)
 
 
@@ -57,37 +58,39 @@ TRL_SETTINGS = {
     "defaults (1x8/step, lr 1e-6 linear, dapo, grad ckpt)": {},
     "defaults at 64x8/step": dict(per_device_train_batch_size=64 * 8),
     "64x8, grpo, lr 1e-4": tuned(64, 1e-4),
-    "64x8, grpo, lr 5e-4 (= polo)": tuned(64, 5e-4),
+    "64x8, grpo, lr 5e-4": tuned(64, 5e-4),
     "64x8, grpo, lr 1e-3": tuned(64, 1e-3),
-    "64x8, grpo, lr 2e-3": tuned(64, 2e-3),
-    "64x8, grpo, lr 5e-4, grad ckpt": tuned(64, 5e-4, gradient_checkpointing=True),
     "64x8, dapo, lr 5e-4": tuned(64, 5e-4, loss_type="dapo"),
     "64x8, dr_grpo, lr 5e-4": tuned(64, 5e-4, loss_type="dr_grpo"),
     "64x8, grpo, lr 5e-4, scale_rewards batch": tuned(64, 5e-4, scale_rewards="batch"),
-    "64x8, grpo, lr 5e-4, scale_rewards none": tuned(64, 5e-4, scale_rewards="none"),
     "64x8, grpo, lr 5e-4, num_iterations 2": tuned(64, 5e-4, num_iterations=2),
     "32x8, grpo, lr 5e-4": tuned(32, 5e-4),
     "32x8, grpo, lr 1e-3": tuned(32, 1e-3),
-    "16x8, grpo, lr 3e-4": tuned(16, 3e-4),
     "16x8, grpo, lr 5e-4": tuned(16, 5e-4),
-    "16x8, grpo, lr 1e-3": tuned(16, 1e-3),
     "8x8, grpo, lr 3e-4": tuned(8, 3e-4),
-    "8x8, grpo, lr 1e-3": tuned(8, 1e-3),
+    "16x8/step, 4 steps per generation (64x8), lr 5e-4": tuned(16, 5e-4, steps_per_generation=4),
+    "16x8/step, 4 steps per generation (64x8), lr 1e-3": tuned(16, 1e-3, steps_per_generation=4),
+    "32x8/step, 2 steps per generation (64x8), lr 5e-4": tuned(32, 5e-4, steps_per_generation=2),
+    "32x8/step, 4 steps per generation (128x8), lr 5e-4": tuned(32, 5e-4, steps_per_generation=4),
+    "8x8/step, 8 steps per generation (64x8), lr 5e-4": tuned(8, 5e-4, steps_per_generation=8),
 }
+QUICK_SETTINGS = ["defaults (1x8/step, lr 1e-6 linear, dapo, grad ckpt)", "32x8, grpo, lr 5e-4",
+                  "16x8/step, 4 steps per generation (64x8), lr 5e-4"]
+
+
+def polo_eval_every(prompts_per_step: int) -> str:
+    return f"train.eval_every={max(1, EVAL_PROMPTS // prompts_per_step)}"
 
 
 def polo_same(config: dict) -> list[str] | None:
-    """polo overrides doing what a :func:`tuned` TRL setting without extras does (None for any other)."""
-    if set(config) != {*TUNED, "per_device_train_batch_size", "learning_rate"} or any(
-            config[k] != v for k, v in TUNED.items()):
+    """polo overrides doing what a :func:`tuned` TRL setting does (None for a setting polo has no match for):
+    P×8 rows per optimizer step and S steps per generation are polo's P·S prompts per step in S minibatches."""
+    if set(config) - {*TUNED, "per_device_train_batch_size", "learning_rate", "steps_per_generation"} or any(
+            config.get(k) != v for k, v in TUNED.items()):
         return None
-    prompts = config["per_device_train_batch_size"] // 8
-    return [f"rollout.prompts_per_step={prompts}", f"optim.lr={config['learning_rate']}",
-            f"train.eval_every={EVAL_PROMPTS // prompts}"]
-
-
-QUICK_SETTINGS = ["defaults (1x8/step, lr 1e-6 linear, dapo, grad ckpt)", "64x8, grpo, lr 5e-4 (= polo)",
-                  "32x8, grpo, lr 5e-4"]
+    prompts, steps = config["per_device_train_batch_size"] // 8, config.get("steps_per_generation", 1)
+    return [f"rollout.prompts_per_step={prompts * steps}", f"train.minibatches={steps}",
+            f"optim.lr={config['learning_rate']}", polo_eval_every(prompts * steps)]
 
 
 @dataclass
@@ -101,6 +104,10 @@ class Outcome:
     def reached(self) -> tuple[int, float, float] | None:
         return next((e for e in self.evals if e[2] >= self.target - 1e-9), None)
 
+    @property
+    def seconds(self) -> float:
+        return self.reached[1] if self.reached else float("nan")
+
     def summary(self) -> str:
         if self.reached:
             step, seconds, acc = self.reached
@@ -109,17 +116,24 @@ class Outcome:
         return f"not reached in {seconds:.0f} s / {step} steps (final accuracy {acc:.3f})"
 
 
-class Evaluator:
-    """polo's greedy held-out accuracy, the same for both trainers: the given model's weights are loaded
-    into one polo Policy built from the warm-start folder; ``warm`` is the warm start's accuracy."""
+class Start:
+    """One seed's starting point: the warm-start folder and polo's greedy held-out accuracy, the same for
+    both trainers (the given model's weights are loaded into one polo Policy built from that folder)."""
 
-    def __init__(self, folder: Path, recipe, task):
-        self.policy, self.task = Policy.load(folder), task
-        self.examples = task.examples("test", recipe.train.eval_size, seed=recipe.seed)
-        self.max_new_tokens = max_new_tokens(recipe, task)
-        self.warm = self(self.policy.model)
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.overrides = [f"seed={seed}", "train.threads=1"]
+        recipe = load_recipe("grpo", self.overrides)
+        self.task = build_task(recipe.task)
+        self.folder = ensure_warm_start(recipe, self.task)
+        self.policy = Policy.load(self.folder)
+        self.examples = self.task.examples("test", recipe.train.eval_size, seed=seed)
+        self.max_new_tokens = max_new_tokens(recipe, self.task)
+        self.prompts_per_step = recipe.rollout.prompts_per_step
+        self.warm = self.evaluate(self.policy.model)
+        self.target = self.warm + GAIN
 
-    def __call__(self, model: torch.nn.Module) -> float:
+    def evaluate(self, model: torch.nn.Module) -> float:
         self.policy.model.load_state_dict(model.state_dict())
         return accuracy(self.policy, self.task, self.examples, self.max_new_tokens, greedy=True)
 
@@ -128,11 +142,11 @@ class Stop(Exception):
     pass
 
 
-def run_polo(evaluator: Evaluator, target: float, limit: float, overrides=()) -> Outcome:
+def run_polo(start: Start, limit: float, overrides=()) -> Outcome:
     """``polo train grpo`` until the target; training seconds = ``elapsed_s`` minus the logged ``time/eval``."""
-    trainer = Trainer(load_recipe("grpo", [*POLO_OVERRIDES, *overrides]), Path(tempfile.mkdtemp(prefix="polo-le-")),
-                      log=lambda *a: None)
-    out, eval_s = Outcome(target), 0.0
+    recipe = load_recipe("grpo", [*start.overrides, polo_eval_every(start.prompts_per_step), *overrides])
+    trainer = Trainer(recipe, Path(tempfile.mkdtemp(prefix="polo-le-")), log=lambda *a: None)
+    out, eval_s = Outcome(start.target), 0.0
 
     def progress(step: int, row: dict) -> None:
         nonlocal eval_s
@@ -148,46 +162,46 @@ def run_polo(evaluator: Evaluator, target: float, limit: float, overrides=()) ->
         pass
     # the trainer's own evaluation is polo's accuracy() too: check that it agrees with the shared evaluator
     first = trainer.metrics.read()[0]["eval/greedy_accuracy"]
-    assert first == evaluator.warm and out.evals[-1][2] == evaluator(trainer.policy.hf_model), "evaluations differ"
+    assert first == start.warm and out.evals[-1][2] == start.evaluate(trainer.policy.hf_model), "evaluations differ"
     return out
 
 
-def trl_trainer(folder: Path, config: dict):
+def trl_trainer(start: Start, config: dict):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     rewards, weights = reward_functions()
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-le-"), reward_weights=weights,
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-le-"), reward_weights=weights, seed=start.seed,
                       **{**TRL_FIXED, **config})
     prompts_per_step = args.per_device_train_batch_size // args.num_generations
-    examples = prompt_order(100_000, seed=0)  # polo's stream: 20 shuffled passes over the 5,000-problem pool
+    examples = prompt_order(100_000, seed=start.seed)  # polo's stream: 20 shuffled passes over the pool
     data = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
     args.max_steps = len(examples) // prompts_per_step
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(start.folder, dtype=torch.float32, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(start.folder, local_files_only=True)
     trainer = GRPOTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=data, processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)
     return trainer, prompts_per_step
 
 
-def check_prompt_encoding(folder: Path) -> str:
+def check_prompt_encoding(start: Start) -> str:
     """TRL tokenizes plain-string prompts with the tokenizer's special tokens (bos), as polo does."""
-    trainer, _ = trl_trainer(folder, {})
-    prompt = prompt_order(1)[0].prompt
+    trainer, _ = trl_trainer(start, {})
+    prompt = prompt_order(1, seed=start.seed)[0].prompt
     trl_ids = trainer._tokenize_prompts([prompt])[0][0]
-    polo_ids = Policy.load(folder).encode_prompts([prompt])[0][0].tolist()
+    polo_ids = start.policy.encode_prompts([prompt])[0][0].tolist()
     assert list(trl_ids) == polo_ids, (trl_ids, polo_ids)
     return f"prompt {prompt!r}: token ids {polo_ids} in polo and TRL"
 
 
-def run_trl(folder: Path, config: dict, evaluator: Evaluator, target: float, limit: float) -> Outcome:
+def run_trl(start: Start, config: dict, limit: float) -> Outcome:
     """TRL with ``config`` until the target or ``limit`` training seconds; evaluation in a callback."""
     from transformers import TrainerCallback
 
-    trainer, prompts_per_step = trl_trainer(folder, config)
+    trainer, prompts_per_step = trl_trainer(start, config)
     every = max(1, EVAL_PROMPTS // prompts_per_step)
-    out = Outcome(target)
+    out = Outcome(start.target)
 
     class Clock(TrainerCallback):  # the training clock runs from train begin and pauses while evaluating
         def on_train_begin(self, *args, **kwargs):
@@ -197,7 +211,7 @@ def run_trl(folder: Path, config: dict, evaluator: Evaluator, target: float, lim
             if state.global_step % every:
                 return
             self.trained += time.perf_counter() - self.since
-            out.evals.append((state.global_step, self.trained, evaluator(model)))
+            out.evals.append((state.global_step, self.trained, start.evaluate(model)))
             control.should_training_stop = bool(out.reached) or self.trained >= limit
             self.since = time.perf_counter()
 
@@ -210,56 +224,56 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], limit=dict(
         type=float, default=None, help="training seconds per run before giving up (default 300; --quick 120)"))
     limit = args.limit or (120.0 if args.quick else 300.0)
-    names, rounds = (QUICK_SETTINGS, 1) if args.quick else (list(TRL_SETTINGS), 3)
-    recipe = load_recipe("grpo", POLO_OVERRIDES)
-    task = build_task(recipe.task)
-    folder = ensure_warm_start(recipe, task)
-    evaluator = Evaluator(folder, recipe, task)
-    warm = evaluator.warm
-    target = warm + GAIN
-    print(f"warm start {folder}: greedy accuracy {warm:.3f}, target {target:.3f}; {check_prompt_encoding(folder)}")
+    names, seeds = (QUICK_SETTINGS, SEEDS[:1]) if args.quick else (list(TRL_SETTINGS), SEEDS)
+    starts = {seed: Start(seed) for seed in seeds}
+    first = starts[seeds[0]]
+    for s in starts.values():
+        print(f"seed {s.seed}: warm start {s.folder}, greedy accuracy {s.warm:.3f}, target {s.target:.3f}")
+    print(check_prompt_encoding(first))
 
-    polo = [run_polo(evaluator, target, limit)]
-    print(f"  polo grpo: {polo[0].summary()}", flush=True)
+    polo = {first.seed: run_polo(first, limit)}
+    print(f"  polo grpo, seed {first.seed}: {polo[first.seed].summary()}", flush=True)
     sweep = {}
     for name in names:
-        sweep[name] = run_trl(folder, TRL_SETTINGS[name], evaluator, target, limit)
+        sweep[name] = run_trl(first, TRL_SETTINGS[name], limit)
         print(f"  TRL {name}: {sweep[name].summary()}", flush=True)
-    print_table(f"TRL settings (one run each; polo grpo: {polo[0].summary()})",
-                ["TRL setting", "outcome: training s to +15 points", "s/step"],
-                [[n, o.summary(), o.evals[-1][1] / o.evals[-1][0]] for n, o in sweep.items()])
+    print_table(f"TRL settings, seed {first.seed} (one run each; polo grpo: {polo[first.seed].summary()})",
+                ["TRL setting", "outcome: training s to +15 points", "s / optimizer step", "prompts"],
+                [[n, o.summary(), o.evals[-1][1] / o.evals[-1][0],
+                  (o.reached or o.evals[-1])[0] * TRL_SETTINGS[n].get("per_device_train_batch_size", 8) // 8]
+                 for n, o in sweep.items()])
 
     reached = [n for n in names if sweep[n].reached]
     if not reached:
         print("\nno TRL setting reached the target")
         return
-    best = min(reached, key=lambda n: sweep[n].reached[1])
+    best = min(reached, key=lambda n: sweep[n].seconds)
     same = polo_same(TRL_SETTINGS[best])
-    polo_best, trl = [], [sweep[best]]
-    for k in range(rounds):  # alternate polo and the best TRL setting for the headline ratio
-        if k:
-            polo.append(run_polo(evaluator, target, limit))
-            trl.append(run_trl(folder, TRL_SETTINGS[best], evaluator, target, limit))
-        if same:  # and polo with the same batch and lr as that setting
-            polo_best.append(run_polo(evaluator, target, limit, same))
-        print(f"  round {k + 1}: polo {polo[k].summary()}; TRL {trl[k].summary()}"
-              + (f"; polo at {best!r}: {polo_best[k].summary()}" if same else ""), flush=True)
+    trl, polo_same_runs = {first.seed: sweep[best]}, {}
+    for seed, start in starts.items():  # every seed: polo as shipped, TRL's best, polo at TRL's setting
+        if seed != first.seed:
+            polo[seed] = run_polo(start, limit)
+            trl[seed] = run_trl(start, TRL_SETTINGS[best], limit)
+        if same:
+            polo_same_runs[seed] = run_polo(start, limit, same)
+        print(f"  seed {seed}: polo {polo[seed].summary()}; TRL {trl[seed].summary()}"
+              + (f"; polo at {best!r}: {polo_same_runs[seed].summary()}" if same else ""), flush=True)
 
     def cells(outcome: Outcome) -> list:  # training seconds and steps to the target
-        return [outcome.reached[1], outcome.reached[0]] if outcome.reached else [float("nan"), "-"]
+        return [outcome.seconds, outcome.reached[0] if outcome.reached else "-"]
 
-    header = ["round", "polo grpo s", "steps", "TRL s", "steps", "TRL / polo"]
+    header = ["seed", "start", "polo grpo s", "steps", "TRL s", "steps", "TRL / polo"]
     header += ["polo at the TRL setting s", "steps", "TRL / that"] if same else []
     rows = []
-    for k in range(rounds):
-        p, t = cells(polo[k]), cells(trl[k])
-        rows.append([k + 1, *p, *t, t[0] / p[0]])
+    for seed, start in starts.items():
+        p, t = cells(polo[seed]), cells(trl[seed])
+        rows.append([seed, start.warm, *p, *t, t[0] / p[0]])
         if same:
-            q = cells(polo_best[k])
+            q = cells(polo_same_runs[seed])
             rows[-1] += [*q, t[0] / q[0]]
-    rows.append(["median", *(median([r[i] for r in rows]) if isinstance(rows[0][i], float) else rows[0][i]
-                             for i in range(1, len(header)))])
-    print_table(f"Training seconds from {warm:.3f} to >= {target:.3f}: polo grpo vs TRL '{best}'", header, rows)
+    rows.append(["median", "", *(median([r[i] for r in rows]) if isinstance(rows[0][i], float) else ""
+                                 for i in range(2, len(header)))])
+    print_table(f"Training seconds from the warm start to +{GAIN:.2f}: polo grpo vs TRL '{best}'", header, rows)
     print("\ntarget: TRL / polo >= 3")
 
 

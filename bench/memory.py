@@ -30,7 +30,7 @@ def child(kind: str, model_dir: str) -> None:
         trainer = polo_trainer(None, DEFAULT_SETTING)
         run = trainer.step
     else:
-        trainer = trl_trainer(model_dir, DEFAULT_SETTING, steps=1)
+        trainer = trl_trainer(model_dir, DEFAULT_SETTING, steps=DEFAULT_SETTING.minibatches)  # one generation batch
         run = trainer.train
     before = psutil.Process().memory_info().rss / MB
     run()
