@@ -66,7 +66,8 @@ class Setting:
 
 
 SETTINGS = [Setting("8x8 <=8 tok", 8, 8, 8), Setting("32x8 <=64 tok", 32, 8, 64)]
-DEFAULT_SETTING = Setting("64x8 <=4 tok, 4 minibatches (polo train grpo)", 64, 8, 4, minibatches=4)  # polo/recipes/grpo.yaml
+# the shape of polo/recipes/grpo.yaml
+DEFAULT_SETTING = Setting("64x8 <=4 tok, 4 minibatches (polo train grpo)", 64, 8, 4, minibatches=4)
 
 
 def parse_args(description: str, **extra: dict) -> argparse.Namespace:
@@ -177,8 +178,9 @@ def reward_functions():
     return [only_answer(s.name) for s in task.default_rewards], [s.weight for s in task.default_rewards]
 
 
-def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0):
-    """polo's Trainer with the ``grpo`` recipe on ``setting``; ``model_dir`` None: the warm-started default."""
+def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0, extra=()):
+    """polo's Trainer with the ``grpo`` recipe on ``setting`` (plus ``extra`` overrides); ``model_dir`` None:
+    the warm-started default."""
     from polo.train.config import load_recipe
     from polo.train.trainer import Trainer
 
@@ -187,7 +189,7 @@ def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0):
                  f"optim.lr={LR}", "train.threads=1", f"seed={seed}"]
     if model_dir is not None:
         overrides.append(f"model.path={model_dir}")
-    recipe = load_recipe("grpo", overrides)
+    recipe = load_recipe("grpo", [*overrides, *extra])
     return Trainer(recipe, Path(tempfile.mkdtemp(prefix="polo-bench-run-")), log=lambda *a: None)
 
 

@@ -4,7 +4,8 @@ The floor, with no framework: left-padded prompts, sampling with the model's KV 
 kept in the batch, as in ``generate``), decode + the same two rewards, the group z-score, one forward +
 backward of the GRPO loss (PPO clip 0.2 on the sampler's log-probs, per-sequence token mean), grad clip
 1, AdamW (same lr). Same model folder, prompts (polo's order), settings and thread count as
-bench/train_step.py; the floor and polo alternate step by step.
+bench/train_step.py; the floor and polo (also without skipping zero-advantage rows, which the floor trains)
+alternate step by step.
 
     python bench/minimal_grpo.py [--quick]
 """
@@ -85,13 +86,16 @@ def main() -> None:
     rows = []
     for setting in SETTINGS:
         polo, floor = polo_trainer(model_dir, setting), MinimalGRPO(model_dir, setting)
-        times, out = interleaved({"polo": lambda: polo.step()["response/length"], "floor": floor.step}, reps,
-                                 warmup=2)
-        rows.append([setting.name, median(out["polo"]), median(out["floor"]), median(times["polo"]),
-                     median(times["floor"]), paired_ratio(times["polo"], times["floor"])])
+        no_skip = polo_trainer(model_dir, setting, extra=("train.skip_zero_advantage_rows=false",))
+        times, out = interleaved({"polo": polo.step, "no-skip": no_skip.step, "floor": floor.step}, reps, warmup=2)
+        rows.append([setting.name, median([r["response/length"] for r in out["polo"]]), median(out["floor"]),
+                     median([r["frac_zero_adv_groups"] for r in out["polo"]]), median(times["polo"]),
+                     median(times["no-skip"]), median(times["floor"]), paired_ratio(times["polo"], times["floor"]),
+                     paired_ratio(times["no-skip"], times["floor"])])
         print(f"  {setting.name} done", flush=True)
     print_table(f"GRPO step vs the hand-written floor (median of {reps} alternating steps)", [
-        "setting", "polo mean len", "floor mean len", "polo s/step", "floor s/step", "polo / floor"], rows)
+        "setting", "polo mean len", "floor mean len", "zero-adv groups", "polo s/step", "polo no-skip s/step",
+        "floor s/step", "polo / floor", "polo no-skip / floor"], rows)
     print("\ntarget: polo / floor <= 1.05")
 
 

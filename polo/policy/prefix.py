@@ -72,7 +72,8 @@ def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuati
     distinct = distinct_prompts(prompt_ids, prompt_mask)
     if len(distinct[0]) == B:
         keep = {"logits_to_keep": Tc + 1} if lm_head else {}
-        return read(model(**concat_inputs(prompt_ids, prompt_mask, continuation), use_cache=False, **keep))[:, -(Tc + 1):]
+        out = model(**concat_inputs(prompt_ids, prompt_mask, continuation), use_cache=False, **keep)
+        return read(out)[:, -(Tc + 1):]
     cache = new_cache(model)
     out = prefill(model, distinct, cache, **({"logits_to_keep": 1} if lm_head else {}))
     head = read(out)[:, -1:][distinct[2]]

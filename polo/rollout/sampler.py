@@ -1,4 +1,5 @@
-"""polo's batched sampler: one prefill of each distinct left-padded prompt (shared by its G samples), then token-by-token decoding with a KV cache.
+"""polo's batched sampler: one prefill of each distinct left-padded prompt (shared by its G samples), then
+token-by-token decoding with a KV cache.
 
 Rows that emit a stop token are dropped from the model's batch and KV cache in groups, so the work per step
 shrinks with the number of unfinished rows; the loop ends when every row has finished.

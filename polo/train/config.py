@@ -120,6 +120,10 @@ class Loop(Section):
     threads: int | None = Field(None, gt=0)
     """torch CPU threads; None: 1 for the built-in tiny model (more threads only add synchronization
     cost at its size, and spin badly on a shared machine), torch's default for a checkpoint."""
+    skip_zero_advantage_rows: bool = True
+    """Leave rows whose advantages are all 0 out of the update's forward/backward when that cannot change the
+    gradient (the policy loss is the only term and ``inert_at_zero_advantage``); ``policy/*`` metrics then
+    cover the other rows."""
     replay_steps: int = Field(0, ge=0)
     """Also train on the batches of the last ``replay_steps`` steps (stale samples keep their own
     behaviour log-probs and advantages; R²VPO)."""

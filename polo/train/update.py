@@ -48,7 +48,8 @@ class Updater:
         weight_total = 0.0
         grad_norms, lr_factors = [], []
         hook = t.components.get("optimizer_hook")
-        skip_inert = (t.policy_loss.inert_at_zero_advantage and t.kl_coef == 0 and not r.entropy_coef
+        skip_inert = (r.train.skip_zero_advantage_rows and t.policy_loss.inert_at_zero_advantage
+                      and t.kl_coef == 0 and not r.entropy_coef
                       and not t.critic_optimizers and hook is None and not policy_frozen)
         t.policy.train()
         for _ in range(r.train.epochs):
@@ -63,7 +64,8 @@ class Updater:
                 slices = _micro_slices(minibatch.batch_size, r.train.micro_batch_size, hook.estimates if hook else 1)
                 estimates, previous = [], None
                 for part in slices:
-                    micro = minibatch.select(torch.arange(minibatch.batch_size)[part])
+                    micro_rows = torch.arange(minibatch.batch_size)[part]
+                    micro = minibatch if len(slices) == 1 else minibatch.select(micro_rows)
                     stats = self.backward(micro, counts, len(rows), policy_frozen)
                     if hook is not None and not policy_frozen:
                         grad = _flat_grad(t.params)
