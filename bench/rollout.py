@@ -4,7 +4,8 @@ Same model, same prompts (16 random character tokens), 32 new tokens, temperatur
 The floor is one batched forward per generated token with the KV cache and nothing else (no sampling,
 no attention mask or position ids, no bookkeeping): 1 prefill + 31 one-token forwards, as in a sampler.
 Fixed length: a model that never emits EOS; varying length: EOS with probability 1/24 per token, where polo
-drops finished rows and ``generate`` keeps them to the end.
+drops finished rows and ``generate`` keeps them to the end. Grouped: 32 distinct prompts × 8 samples (GRPO's
+shape), where polo computes each prompt once and ``generate`` and the floor compute all 256.
 
     python bench/rollout.py [--quick]
 """
@@ -31,10 +32,12 @@ def forward_floor(model, ids: torch.Tensor, new_tokens: int) -> None:
         model(input_ids=last, use_cache=True, logits_to_keep=1, **{CACHE_ARG: cache})
 
 
-def run_case(size: str, batch: int, eos_prob: float, reps: int) -> list:
+def run_case(size: str, batch: int, eos_prob: float, reps: int, group: int = 1) -> list:
+    """``group`` > 1: ``batch / group`` distinct prompts, each repeated ``group`` times (GRPO's shape)."""
     model, tokenizer = build_model(size, eos_prob)
     policy = Policy(model, tokenizer)
-    ids, mask = random_prompts(batch, PROMPT, len(tokenizer))
+    ids, mask = random_prompts(batch // group, PROMPT, len(tokenizer))
+    ids, mask = ids.repeat_interleave(group, 0), mask.repeat_interleave(group, 0)
     eos, generator = tokenizer.eos_token_id, torch.Generator().manual_seed(0)
 
     def polo() -> int:
@@ -55,6 +58,7 @@ def run_case(size: str, batch: int, eos_prob: float, reps: int) -> list:
     tps = {k: [n / t for n, t in zip(tokens[k], times[k])] for k in times}
     mean_len = median(tokens["polo"]) / batch
     kind = "fixed 32" if eos_prob == 0 else f"EOS p={eos_prob:.3g}, mean {mean_len:.1f}"
+    kind += f", {batch // group} prompts x {group}" if group > 1 else ""
     return [size, batch, kind, median(tps["polo"]), median(tps["generate"]), median(tps["floor"]),
             paired_ratio(tps["polo"], tps["generate"]), paired_ratio(times["floor"], times["polo"])]
 
@@ -63,11 +67,12 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
     reps = args.reps or (2 if args.quick else 7)
     cases = [(size, batch, p) for size in ("tiny", "small") for batch in (64, 256) for p in (0.0, EOS_PROB)]
+    cases += [("tiny", 256, 0.0, 8), ("small", 256, 0.0, 8)]  # GRPO: 8 samples of a prompt share its prefill
     if args.quick:
         cases = [c for c in cases if c[1] == 64]
     rows = []
     for case in cases:
-        rows.append(run_case(*case, reps))
+        rows.append(run_case(*case, reps=reps))
         print(f"  {rows[-1][:3]} done", flush=True)
     print_table(f"rollout: prompt {PROMPT}, {NEW} new tokens, tokens/s (valid tokens) and ratios", [
         "model", "batch", "lengths", "polo tok/s", "generate tok/s", "floor tok/s",

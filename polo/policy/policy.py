@@ -97,8 +97,11 @@ class Policy(nn.Module):
     def decode(self, response_ids: Tensor, response_mask: Tensor) -> list[str]:
         """Text of the masked response tokens, without eos, pad and other special tokens."""
         keep = response_mask.bool() & ~torch.isin(response_ids, torch.tensor(self.stop_token_ids).to(response_ids))
-        rows = torch.where(keep, response_ids, -1).tolist()
-        return self.tokenizer.batch_decode([[i for i in row if i >= 0] for row in rows], skip_special_tokens=True)
+        seqs = [[i for i in row if i >= 0] for row in torch.where(keep, response_ids, -1).tolist()]
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is None or getattr(self.tokenizer, "clean_up_tokenization_spaces", False):
+            return self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
+        return backend.decode_batch(seqs, skip_special_tokens=True)  # one Rust call, not one Python call per row
 
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool = False, return_full: bool = False,

@@ -39,9 +39,10 @@ def distinct_prompts(prompt_ids: Tensor, prompt_mask: Tensor) -> tuple[Tensor, T
     Tp = prompt_ids.shape[1]
     rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids)], 1)
     keys, inverse = torch.unique((rows * hash_weights(rows.shape[1], rows.device)).sum(1), return_inverse=True)
-    first = torch.full_like(keys, len(rows)).scatter_reduce_(0, inverse, torch.arange(len(rows), device=rows.device),
-                                                             "amin")
-    distinct = rows[first]
+    order = torch.arange(len(rows), device=rows.device)
+    if len(keys) == len(rows):  # distinct hashes, distinct rows: keep the batch's own order
+        return prompt_ids, prompt_mask, order
+    distinct = rows[torch.full_like(keys, len(rows)).scatter_reduce_(0, inverse, order, "amin")]  # first of each
     if not torch.equal(distinct[inverse], rows):
         distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
     return distinct[:, :Tp], distinct[:, Tp:], inverse
@@ -55,7 +56,8 @@ def prefill(model, distinct: tuple[Tensor, Tensor, Tensor], cache: DynamicCache,
     ids, mask, inverse = distinct
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True,
                 **{CACHE_ARG: cache}, **kwargs)
-    cache.batch_select_indices(inverse)
+    if len(ids) < len(inverse):
+        cache.batch_select_indices(inverse)
     return out
 
 

@@ -44,6 +44,8 @@ def test_load_chat_template_sample_and_logp(checkpoint):
     texts = [policy.tokenizer.decode(row[m.bool()]) for row, m in zip(ids, mask)]
     assert texts == [f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n" for p in prompts]
     out = sample(policy, ids, mask, max_new_tokens=8, temperature=0.8, generator=torch.Generator().manual_seed(0))
-    assert out.response_ids.shape[0] == 2 and len(policy.decode(out.response_ids, out.response_mask)) == 2
+    texts = policy.decode(out.response_ids, out.response_mask)
+    keep = out.response_mask.bool() & (out.response_ids != policy.eos_token_id)
+    assert texts == [policy.tokenizer.decode(r[k], skip_special_tokens=True) for r, k in zip(out.response_ids, keep)]
     logp = policy.forward_logp(ids, mask, out.response_ids, out.response_mask, temperature=0.8)["logp"]
     torch.testing.assert_close(logp, out.logp, atol=1e-5, rtol=0)

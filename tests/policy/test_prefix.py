@@ -83,3 +83,9 @@ def test_read_after_prompt_shape_and_architecture(policy):
     p_ids, p_mask, r_ids, _ = grouped_batch(policy)
     out = read_after_prompt(policy.model, p_ids, p_mask, r_ids, lambda o: o.logits, lm_head=True)
     assert out.shape == (len(p_ids), 1 + r_ids.shape[1], policy.hf_model.config.vocab_size)
+
+
+def test_distinct_prompts_of_an_unrepeated_batch_keep_its_order(policy):
+    p_ids, p_mask = policy.encode_prompts(["9+9=", "1+2=", "35+7="])
+    ids, mask, inverse = distinct_prompts(p_ids, p_mask)
+    assert ids is p_ids and mask is p_mask and inverse.tolist() == [0, 1, 2]
