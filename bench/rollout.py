@@ -66,13 +66,14 @@ def run_case(size: str, batch: int, eos_prob: float, reps: int, group: int = 1) 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
     reps = args.reps or (2 if args.quick else 7)
-    cases = [(size, batch, p) for size in ("tiny", "small") for batch in (64, 256) for p in (0.0, EOS_PROB)]
+    cases = [(size, batch, p, 1) for size in ("tiny", "small") for batch in (64, 256) for p in (0.0, EOS_PROB)]
     cases += [("tiny", 256, 0.0, 8), ("small", 256, 0.0, 8)]  # GRPO: 8 samples of a prompt share its prefill
     if args.quick:
         cases = [c for c in cases if c[1] == 64]
     rows = []
     for case in cases:
-        rows.append(run_case(*case, reps=reps))
+        size, batch, eos_prob, group = case
+        rows.append(run_case(size, batch, eos_prob, reps, group))
         print(f"  {rows[-1][:3]} done", flush=True)
     print_table(f"rollout: prompt {PROMPT}, {NEW} new tokens, tokens/s (valid tokens) and ratios", [
         "model", "batch", "lengths", "polo tok/s", "generate tok/s", "floor tok/s",
