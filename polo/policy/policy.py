@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -104,12 +105,12 @@ class Policy(nn.Module):
         return backend.decode_batch(seqs, skip_special_tokens=True)  # one Rust call, not one Python call per row
 
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
-                     *, temperature: float = 1.0, return_entropy: bool = False, return_full: bool = False,
+                     *, temperature: float = 1.0, return_entropy: bool | Literal["metric"] = False, return_full: bool = False,
                      hidden_layer: int | None = None, allow: Tensor | None = None) -> dict[str, Tensor]:
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(logits / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
-        distribution, ``logprobs_full`` ``[B, T, V]`` (the whole log-softmax) and ``hidden``
-        ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings). ``allow`` ``[B, T, V]``
+        distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
+        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings). ``allow`` ``[B, T, V]``
         restricts the distribution to the allowed tokens (NLPO's action mask), renormalized."""
         T = response_ids.shape[1]
         if hidden_layer is None:  # position t-1 predicts response token t
@@ -125,8 +126,9 @@ class Policy(nn.Module):
             logits = logits.masked_fill(~allow[..., : logits.shape[-1]], float("-inf"))
         masked = ~response_mask.bool()
         result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
-        if return_entropy:
-            result["entropy"] = entropy_from_logits(logits).masked_fill(masked, 0.0)
+        if return_entropy:  # "metric": no autograd history (no [B, T, V] tensors kept for a backward)
+            source = logits.detach() if return_entropy == "metric" else logits
+            result["entropy"] = entropy_from_logits(source).masked_fill(masked, 0.0)
         if return_full:
             result["logprobs_full"] = logits.log_softmax(-1).masked_fill(masked[..., None], 0.0)
         if hidden_layer is not None:

@@ -105,7 +105,8 @@ class Updater:
         stats: dict[str, float] = {}
         if not policy_frozen:
             fw = t.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                                       micro.response_mask, temperature=r.rollout.temperature, return_entropy=True,
+                                       micro.response_mask, temperature=r.rollout.temperature,
+                                       return_entropy=True if r.entropy_coef else "metric",
                                        allow=micro.extras.get("allow"))
             logp, entropy = fw["logp"], fw["entropy"]
             out = t.policy_loss(logp, micro)

@@ -121,3 +121,11 @@ def test_lora_trains_only_adapters_and_round_trips(policy, tmp_path):
     out = sample(again, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(again.forward_logp(ids, mask, out.response_ids, out.response_mask)["logp"], out.logp,
                                atol=1e-5, rtol=0)
+
+
+def test_entropy_as_a_metric_has_no_autograd_history(policy):
+    out = policy.forward_logp(*batch(policy), return_entropy="metric")
+    assert out["logp"].requires_grad and not out["entropy"].requires_grad
+    with_grad = policy.forward_logp(*batch(policy), return_entropy=True)["entropy"]
+    assert with_grad.requires_grad
+    torch.testing.assert_close(out["entropy"], with_grad.detach())
