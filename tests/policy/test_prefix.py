@@ -89,3 +89,14 @@ def test_distinct_prompts_of_an_unrepeated_batch_keep_its_order(policy):
     p_ids, p_mask = policy.encode_prompts(["9+9=", "1+2=", "35+7="])
     ids, mask, inverse = distinct_prompts(p_ids, p_mask)
     assert ids is p_ids and mask is p_mask and inverse.tolist() == [0, 1, 2]
+
+
+def test_lora_wrapped_model_shares_prompts(policy):
+    from polo.policy import LoraConfig, Policy, apply_lora
+
+    lora = Policy(apply_lora(build_tiny_policy(SMALL).model, LoraConfig(r=4)), policy.tokenizer)
+    p_ids, p_mask, r_ids, r_mask = grouped_batch(lora)
+    shared = lora.forward_logp(p_ids, p_mask, r_ids, r_mask)["logp"]
+    torch.testing.assert_close(shared, plain_logp(lora, p_ids, p_mask, r_ids, r_mask), atol=1e-5, rtol=0)
+    shared.sum().backward()
+    assert all(p.grad is not None for p in lora.parameters() if p.requires_grad)
