@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from polo.policy.inputs import trim_left_padding
-from polo.policy.policy import Policy, token_logp
+from polo.policy.policy import Policy
 from polo.policy.prefix import CACHE_ARG, distinct_prompts, new_cache, prefill
 
 COMPACT_FRACTION = 8
@@ -28,7 +28,8 @@ class SampleOutput:
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
-    """One token per row from ``softmax(z)`` restricted to the top-k tokens and the top-p nucleus."""
+    """One token per row from ``softmax(z)`` restricted to the top-k tokens and the top-p nucleus; ``z`` are
+    log-probabilities (``exp`` of them is summed, so they must not overflow)."""
     if 0 < top_k < z.shape[-1]:
         z = z.masked_fill(z < z.topk(top_k).values[:, -1:], float("-inf"))
     if top_p < 1.0:
@@ -37,7 +38,7 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
         outside = p.cumsum(-1) - p > top_p  # keep the shortest prefix whose mass reaches top_p
         z = z.scatter(-1, order, sorted_z.masked_fill(outside, float("-inf")))
     # inverse-CDF draw: one uniform per row (several times faster than torch.multinomial on CPU)
-    cdf = z.softmax(-1).cumsum(-1)
+    cdf = z.exp().cumsum(-1)
     u = torch.rand(z.shape[0], 1, generator=generator, device=z.device) * cdf[:, -1:]
     return (cdf <= u).sum(-1).clamp(max=z.shape[-1] - 1)
 
@@ -60,8 +61,7 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
 
     out_ids = torch.full((B, max_new_tokens), policy.pad_token_id, dtype=torch.long, device=device)
     out_logp = torch.zeros(B, max_new_tokens, device=device)
-    length = torch.full((B,), max_new_tokens, device=device)
-    truncated = torch.ones(B, dtype=torch.bool, device=device)
+    length = torch.full((B,), max_new_tokens + 1, device=device)  # stays max_new_tokens + 1 without a stop token
 
     rows = torch.arange(B, device=device)  # original index of each row still in the model's batch
     alive = torch.ones(B, dtype=torch.bool, device=device)  # per row of the model's batch
@@ -77,19 +77,20 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         allow = action_mask.prefill(distinct)
         out_allow = torch.ones(B, max_new_tokens, policy.hf_model.config.vocab_size, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
-        z = logits.float() / temperature
+        z = logits.float() if temperature == 1.0 else logits.float() / temperature
         if action_mask is not None:
             allow = allow[:, : z.shape[-1]]
             z = z.masked_fill(~allow, float("-inf"))
             out_allow[rows[alive], t, : z.shape[-1]] = allow[alive]
+        z = z.log_softmax(-1)  # one normalization serves the draw and the token's log-prob
         token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
-        out_ids[rows, t] = token.masked_fill(~alive, policy.pad_token_id)
-        out_logp[rows, t] = token_logp(z, token).masked_fill(~alive, 0.0)
+        at = (slice(None), t) if len(rows) == B else (rows, t)  # before any compaction, rows == arange(B)
+        out_ids[at] = token.masked_fill(~alive, policy.pad_token_id)
+        out_logp[at] = z.gather(-1, token[:, None]).squeeze(-1).masked_fill(~alive, 0.0)
         steps = t + 1
 
         stopped = alive & torch.isin(token, stop)
         length[rows[stopped]] = t + 1
-        truncated[rows[stopped]] = False
         alive &= ~stopped
         n_alive = int(alive.sum())
         if n_alive == 0 or steps == max_new_tokens:
@@ -110,4 +111,4 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
 
     mask = torch.arange(steps, device=device) < length[:, None]
     allow = out_allow[:, :steps] if out_allow is not None else None
-    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], truncated, allow)
+    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens, allow)
