@@ -84,13 +84,15 @@ def polo_eval_every(prompts_per_step: int) -> str:
 
 def polo_same(config: dict) -> list[str] | None:
     """polo overrides doing what a :func:`tuned` TRL setting does (None for a setting polo has no match for):
-    P×8 rows per optimizer step and S steps per generation are polo's P·S prompts per step in S minibatches."""
+    P×8 rows per optimizer step and S steps per generation are polo's P·S prompts per step in S minibatches;
+    constant lr, and no step cap before the time limit."""
     if set(config) - {*TUNED, "per_device_train_batch_size", "learning_rate", "steps_per_generation"} or any(
             config.get(k) != v for k, v in TUNED.items()):
         return None
     prompts, steps = config["per_device_train_batch_size"] // 8, config.get("steps_per_generation", 1)
     return [f"rollout.prompts_per_step={prompts * steps}", f"train.minibatches={steps}",
-            f"optim.lr={config['learning_rate']}", polo_eval_every(prompts * steps)]
+            f"optim.lr={config['learning_rate']}", "optim.schedule=constant", "train.steps=100000",
+            polo_eval_every(prompts * steps)]
 
 
 @dataclass
