@@ -67,8 +67,14 @@ class RolloutBatch:
 
     @property
     def mask(self) -> Tensor:
-        """``response_mask`` as float, the form the math uses."""
-        return self.response_mask.to(self.rewards.dtype if self.rewards.is_floating_point() else torch.float32)
+        """``response_mask`` as float, the form the math uses: converted once per ``response_mask`` tensor (a
+        new tensor assigned to the field is converted anew), so treat it as read-only."""
+        dtype = self.rewards.dtype if self.rewards.is_floating_point() else torch.float32
+        source, converted = self.__dict__.get("_float_mask", (None, None))
+        if source is not self.response_mask or converted.dtype != dtype:
+            converted = self.response_mask.to(dtype)
+            self.__dict__["_float_mask"] = (self.response_mask, converted)
+        return converted
 
     def scalar_reward(self) -> Tensor:
         """Weighted sum of the reward components, ``[B]``: Σ_k w_k R_k."""
