@@ -3,7 +3,8 @@ from pathlib import Path
 
 from polo.catalog import catalog_markdown, catalog_text, recipe_rows
 from polo.cli import main
-from polo.core.registry import ADVANTAGES, CREDIT, POLICY_LOSSES, SAMPLERS
+from polo.core.registry import ADVANTAGES, CREDIT, POLICY_LOSSES
+from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
 
 
 def test_docs_algorithms_is_generated_from_the_registries():
@@ -13,12 +14,13 @@ def test_docs_algorithms_is_generated_from_the_registries():
 
 def test_at_least_40_estimators_losses_samplers_and_credit():
     catalog_text()
-    assert len(ADVANTAGES.names()) + len(POLICY_LOSSES.names()) + len(SAMPLERS.names()) + len(CREDIT.names()) >= 40
+    assert len(ADVANTAGES.names()) + len(POLICY_LOSSES.names()) + len(PROMPT_SAMPLERS.names()) + len(CREDIT.names()) >= 40
 
 
-def test_every_recipe_names_registered_components_with_a_spec():
+def test_every_recipe_cites_the_papers_of_its_components():
     for row in recipe_rows():
-        assert row["specs"], row["recipe"]
+        assert row["papers"], row["recipe"]
+        assert all("arXiv" in p or "arXiv id not found" in p for p in row["papers"]), row
 
 
 def test_polo_list_prints_components_and_recipes(capsys):

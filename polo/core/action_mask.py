@@ -1,11 +1,12 @@
-"""NLPO's action mask: the vocabulary restricted to a masking policy's top-p nucleus
-(single_turn_rewards_guidance_preference.md §16, CODE: allenai/RL4LMs ``maskable/logits_processor.py``).
+"""NLPO's action mask: the vocabulary restricted to a masking policy's top-p nucleus. NLPO: "Is Reinforcement
+Learning (Not) for Natural Language Processing: Benchmarks, Baselines, and Building Blocks for Natural
+Language Policy Optimization" (arXiv:2210.01241); the nucleus rule follows RL4LMs' masked logits processor.
 
-``allow = top-p nucleus of ψ = softmax(mask_logits)`` — tokens sorted by ψ, removal flags
-``C > p`` shifted right by one so the token that crosses ``p`` stays, the first ``min_tokens_to_keep``
-always kept, ``always_allowed`` ids (BOS/EOS/pad) always kept. The policy is then renormalized over the
-allowed set: ``π̃(a) = π(a)·allow / Σ_b π(b)·allow`` (``masked_log_softmax``), for sampling and for every
-log-prob, ratio and entropy of the update.
+``allow = top-p nucleus of ψ = softmax(mask_logits)``: tokens sorted by ψ, the cumulative mass C, removal
+flags ``C > p`` shifted right by one so that the token crossing ``p`` stays, the first ``min_tokens_to_keep``
+always kept, ``always_allowed`` ids (BOS/EOS/pad) always kept. The policy is renormalized over the allowed set,
+``π̃(a) = π(a)·allow / Σ_b π(b)·allow`` (``masked_log_softmax``), for sampling and for every log-prob, ratio
+and entropy of the update (polo.policy.action_mask.ActionMaskedPolicy applies it).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Loss aggregation: token losses ``u[B,T]`` → scalar, normalized by optimizer-step totals (spec §0.3).
+"""Loss aggregation: token losses ``u[B,T]`` → scalar, normalized by optimizer-step totals.
 
 Every denominator is a total over the whole optimizer step (all micro-batches and ranks), so the sum of
 the aggregated micro-batch losses equals the aggregated loss of the full batch, values and gradients.
@@ -41,8 +41,6 @@ def _nonzero(d: float) -> float:
 class Aggregation(Component):
     """``Σ m·u / denominator(counts)``; subclasses choose the denominator."""
 
-    spec = "single_turn_core.md §0.3"
-
     def __call__(self, token_loss: Tensor, mask: Tensor, counts: StepCounts) -> Tensor:
         return masked_sum(token_loss, mask) / _nonzero(self.denominator(counts))
 
@@ -52,7 +50,10 @@ class Aggregation(Component):
 
 @AGGREGATIONS.register("token_mean")
 class TokenMean(Aggregation):
-    """Σ m·u / Σ m (global valid-token count)."""
+    """Σ m·u / Σ m (global valid-token count): every token weighs the same, so long responses are not
+    down-weighted (DAPO's token-level policy-gradient loss)."""
+
+    paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)"
 
     def denominator(self, counts: StepCounts) -> float:
         return counts.tokens
@@ -60,7 +61,11 @@ class TokenMean(Aggregation):
 
 @AGGREGATIONS.register("seq_mean_token_sum")
 class SeqMeanTokenSum(Aggregation):
-    """(1/B') Σ_i Σ_t m·u."""
+    """(1/B') Σ_i Σ_t m·u: the whole response is one action whose log-prob is the sum of its tokens' (the
+    sequence-level REINFORCE view of RLOO)."""
+
+    paper = ("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs "
+             "(arXiv:2402.14740)")
 
     def denominator(self, counts: StepCounts) -> float:
         return counts.sequences
@@ -68,7 +73,10 @@ class SeqMeanTokenSum(Aggregation):
 
 @AGGREGATIONS.register("seq_mean_token_sum_norm")
 class SeqMeanTokenSumNorm(Aggregation):
-    """Σ m·u / (B·L_norm), L_norm = ``max_length`` or ``counts.max_length`` (Dr.GRPO)."""
+    """Σ m·u / (B·L_norm), L_norm = ``max_length`` or ``counts.max_length``: a constant denominator, so
+    neither the response length nor the number of valid tokens biases the gradient (Dr.GRPO)."""
+
+    paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)"
 
     max_length: int | None = Field(default=None, gt=0)
 
@@ -78,7 +86,11 @@ class SeqMeanTokenSumNorm(Aggregation):
 
 @AGGREGATIONS.register("seq_mean_token_mean")
 class SeqMeanTokenMean(Aggregation):
-    """(1/B') Σ_i (Σ_t m·u / Σ_t m); rows without valid tokens contribute 0."""
+    """(1/B') Σ_i (Σ_t m·u / Σ_t m); rows without valid tokens contribute 0 (GRPO's per-response mean).
+    """
+
+    paper = ("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
+             "(arXiv:2402.03300)")
 
     def __call__(self, token_loss: Tensor, mask: Tensor, counts: StepCounts) -> Tensor:
         return masked_mean(token_loss, mask, dim=-1).sum() / _nonzero(counts.sequences)

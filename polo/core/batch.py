@@ -1,4 +1,5 @@
-"""The rollout batch: the one currency between pipeline stages (DESIGN.md, "The data model")."""
+"""The rollout batch: the one currency between pipeline stages (prompts, responses, groups, rewards, log-probs,
+advantages and the per-component extras)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
@@ -12,7 +13,8 @@ class RolloutBatch:
     """B samples; prompts left-padded to Tp, responses right-padded to T.
 
     ``rewards`` is ``[B, K]`` with ``reward_names``/``reward_weights`` naming and weighting the K
-    components. ``old_logp``/``ref_logp``/``values``/``advantages``/``returns`` are ``[B, T]`` and are
+    components and ``reward_max`` ``[K]`` giving the largest value each can take (``inf``: unbounded or
+    undeclared). ``old_logp``/``ref_logp``/``values``/``advantages``/``returns`` are ``[B, T]`` and are
     filled by the trainer only when a chosen component needs them. ``extras`` holds per-component
     tensors whose first dimension is B (entropies, hidden states, teacher log-probs, ...).
     """
@@ -25,6 +27,7 @@ class RolloutBatch:
     rewards: Tensor
     reward_names: tuple[str, ...] = ()
     reward_weights: Tensor | None = None
+    reward_max: Tensor | None = None
     truncated: Tensor | None = None
     old_logp: Tensor | None = None
     ref_logp: Tensor | None = None
@@ -41,6 +44,8 @@ class RolloutBatch:
             self.rewards = self.rewards[:, None]
         if self.reward_weights is None:
             self.reward_weights = torch.ones(self.rewards.shape[1], dtype=self.rewards.dtype)
+        if self.reward_max is None:
+            self.reward_max = torch.full((self.rewards.shape[1],), float("inf"), dtype=self.reward_weights.dtype)
         if not self.reward_names:
             self.reward_names = tuple(f"r{k}" for k in range(self.rewards.shape[1]))
         if self.truncated is None:
@@ -76,6 +81,17 @@ class RolloutBatch:
             self.__dict__["_float_mask"] = (self.response_mask, converted)
         return converted
 
+    def input(self, name: str) -> Tensor | None:
+        """An input by the name components declare: a field of the batch, or ``extras[name]``."""
+        return getattr(self, name) if name in BATCH_FIELDS else self.extras.get(name)
+
+    def set_input(self, name: str, value: Tensor) -> None:
+        """Write an input under its declared name: into the field of that name, or into ``extras``."""
+        if name in BATCH_FIELDS:
+            setattr(self, name, value)
+        else:
+            self.extras[name] = value
+
     def scalar_reward(self) -> Tensor:
         """Weighted sum of the reward components, ``[B]``: Σ_k w_k R_k."""
         return self.rewards @ self.reward_weights.to(self.rewards)
@@ -86,7 +102,7 @@ class RolloutBatch:
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == B and f.name != "reward_weights":
+            if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == B and f.name not in PER_COMPONENT:
                 out[f.name] = value[index]
         out["extras"] = {k: v[index] for k, v in self.extras.items()}
         return replace(self, **out)
@@ -95,6 +111,9 @@ class RolloutBatch:
         out = {f.name: getattr(self, f.name).to(device) for f in fields(self) if isinstance(getattr(self, f.name), Tensor)}
         out["extras"] = {k: v.to(device) for k, v in self.extras.items()}
         return replace(self, **out)
+
+
+BATCH_FIELDS = frozenset(f.name for f in fields(RolloutBatch)) - {"extras"}
 
 
 def _pad_to(x: Tensor, width: int, left: bool, fill: int = 0) -> Tensor:
@@ -106,6 +125,8 @@ def _pad_to(x: Tensor, width: int, left: bool, fill: int = 0) -> Tensor:
 
 
 PROMPT_FIELDS = ("prompt_ids", "prompt_mask")
+PER_COMPONENT = ("reward_names", "reward_weights", "reward_max")
+"""Fields indexed by reward component, not by sample."""
 
 
 def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
@@ -120,7 +141,7 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
         if f.name == "extras":
             keys = set(values[0]).intersection(*values[1:])
             out["extras"] = {k: _cat([v[k] for v in values], left=False) for k in keys}
-        elif f.name in ("reward_names", "reward_weights"):
+        elif f.name in PER_COMPONENT:
             out[f.name] = values[0]
         elif f.name == "group":
             offsets, total = [], 0

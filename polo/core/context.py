@@ -1,4 +1,5 @@
-"""What the trainer tells stateful components after each update (``Component.after_update``)."""
+"""What the trainer tells stateful components: once before training (``Component.before_training``) and
+after each update (``Component.after_update``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +8,15 @@ from typing import Callable
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
+
+
+@dataclass
+class TrainingContext:
+    pool_index: Tensor
+    """``[N]`` indices of the training pool's prompts (the values of ``extras["prompt_index"]``)."""
+    rollout: Callable[[Tensor, int], RolloutBatch]
+    """``rollout(prompt_index, samples_per_prompt)``: a scored batch of the current policy on those prompts
+    (consecutive rows form a group; ``extras`` holds ``correct`` and ``prompt_index``)."""
 
 
 @dataclass

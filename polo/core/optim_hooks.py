@@ -37,10 +37,12 @@ class SNRLearningRate(OptimizerHook):
     smoothed ``f_t = ema·f_{t−1} + (1 − ema)·f`` (the first step uses f), ``η_t = η·f_t``.
 
     noise = 0 gives f = 1 (f_min if the gradient is 0 too); with K < 2 no noise can be estimated and the
-    smoothed factor is returned unchanged (1 before any estimate). RECONSTRUCTED FROM ABSTRACT (spec §19).
+    smoothed factor is returned unchanged (1 before any estimate). RECONSTRUCTED FROM ABSTRACT: the paper ties
+    the step size to the gradient's signal-to-noise ratio; the SNR/(1 + SNR) map, the floor and the smoothing
+    are our choices.
     """
 
-    spec = "single_turn_core.md §19"
+    paper = "OBLR-PO: A Theoretical Framework for Stable Reinforcement Learning (arXiv:2511.23310)"
     provenance = "RECONSTRUCTED"
 
     f_min: float = Field(default=0.1, gt=0, le=1)

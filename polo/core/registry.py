@@ -1,11 +1,12 @@
 """Registries of named components with typed, validated configuration.
 
 A component is a pydantic model: its fields are its hyperparameters (unknown keys and wrong types are
-rejected with the key's name), its class variables describe it (spec section, provenance, the inputs it
+rejected with the key's name), its class variables describe it (paper, provenance, the inputs it
 needs from the trainer). A registry maps names to component classes and builds them from config dicts.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -16,12 +17,19 @@ class Component(BaseModel):
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True)
 
-    spec: ClassVar[str] = ""
-    """Spec section implemented, e.g. ``"single_turn_core.md §2"``."""
+    paper: ClassVar[str] = ""
+    """The publication the component implements, as ``"Title (arXiv:XXXX.XXXXX)"`` (empty when none)."""
     provenance: ClassVar[str] = "CODE"
-    """CODE, PAPER, SECONDARY or RECONSTRUCTED (see shared/specs/README.md)."""
+    """Where the formulas were read: CODE (the authors' or a reference implementation), PAPER (the paper's
+    full text), SECONDARY (third-party material quoting the method) or RECONSTRUCTED (from the abstract; the
+    details are our choice)."""
     requires: ClassVar[frozenset[str]] = frozenset()
-    """Inputs the trainer must provide: ``ref_logp``, ``values``, ``entropy``, ... ."""
+    """Inputs the trainer must provide: ``ref_logp``, ``values``, ``entropy_old``, ... (each the name of a
+    registered input provider, and the name under which the input is written into the batch)."""
+    whole_groups: ClassVar[bool] = False
+    """True when the component must see every sample of a group at once (per-group objectives such as
+    DRPO's): the updater then cuts micro-batches on group boundaries and config validation refuses a
+    ``train.micro_batch_size`` that would split a group."""
 
     def needs(self) -> set[str]:
         """Inputs this configured instance needs (override when they depend on hyperparameters)."""
@@ -34,6 +42,11 @@ class Component(BaseModel):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+    def before_training(self, context) -> dict[str, float]:
+        """Hook once before the first step of a new run (not on resume: the state it sets is checkpointed);
+        ``context`` is a ``polo.core.context.TrainingContext``. Returns metrics."""
+        return {}
 
     def after_update(self, batch, context) -> dict[str, float]:
         """Hook after the policy update; ``context`` is a ``polo.core.context.StepContext``. Returns metrics."""
@@ -48,18 +61,34 @@ class ConfigError(ValueError):
 
 
 class Registry(Generic[C]):
-    """Name → component class, for one pipeline stage (``advantage``, ``policy_loss``, ...)."""
+    """Name → component class, for one pipeline stage (``advantage``, ``policy_loss``, ...).
 
-    def __init__(self, kind: str):
+    ``builtins`` names the modules that register the built-in entries; they are imported on the first
+    lookup, so a caller never imports a particular entry's module (plugins register more at any time).
+    ``default`` is the entry a recipe gets when it names none.
+    """
+
+    def __init__(self, kind: str, builtins: tuple[str, ...] = (), default: str | None = None):
         self.kind = kind
-        self._entries: dict[str, type] = {}
+        self.builtins = builtins
+        self.default = default
+        self._registered: dict[str, type] = {}
+        self._loaded = not builtins
+
+    @property
+    def _entries(self) -> dict[str, type]:
+        if not self._loaded:
+            self._loaded = True
+            for module in self.builtins:
+                importlib.import_module(module)
+        return self._registered
 
     def register(self, name: str):
         def decorator(cls: C) -> C:
-            if name in self._entries:
+            if name in self._registered:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             cls.registry_name = name
-            self._entries[name] = cls
+            self._registered[name] = cls
             return cls
 
         return decorator
@@ -99,22 +128,10 @@ class Registry(Generic[C]):
             raise ConfigError(problems) from None
 
 
-ADVANTAGES: Registry = Registry("advantage")
-POLICY_LOSSES: Registry = Registry("policy_loss")
-DIVERGENCES: Registry = Registry("divergence")
-AGGREGATIONS: Registry = Registry("aggregation")
-SHAPING: Registry = Registry("shaping")
-CREDIT: Registry = Registry("credit")
-OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook")
-SAMPLERS: Registry = Registry("sampler")
-
-ALL_REGISTRIES: tuple[Registry, ...] = (
-    SAMPLERS,
-    SHAPING,
-    ADVANTAGES,
-    CREDIT,
-    POLICY_LOSSES,
-    DIVERGENCES,
-    AGGREGATIONS,
-    OPTIMIZER_HOOKS,
-)
+ADVANTAGES: Registry = Registry("advantage", ("polo.core.advantages",), default="grpo")
+POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses",), default="ppo_clip")
+DIVERGENCES: Registry = Registry("divergence", ("polo.core.divergences",), default="k3")
+AGGREGATIONS: Registry = Registry("aggregation", ("polo.core.aggregation",), default="token_mean")
+SHAPING: Registry = Registry("shaping", ("polo.core.shaping",))
+CREDIT: Registry = Registry("credit", ("polo.core.credit",))
+OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook", ("polo.core.optim_hooks",))

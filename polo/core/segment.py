@@ -1,4 +1,4 @@
-"""Segment (group) statistics and masked reductions, vectorized with scatter ops (spec §0.1, §0.2)."""
+"""Segment (group) statistics and masked reductions, vectorized with scatter ops."""
 from __future__ import annotations
 
 import torch
@@ -16,7 +16,7 @@ def group_stats(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample mean, unbiased std and size of the sample's group, each ``[B]``.
 
     Group ids are arbitrary integers (any order). A singleton group gets mean 0 and std 1, so a
-    z-score leaves its value unchanged (spec §0.1).
+    z-score leaves its value unchanged (a lone sample keeps its raw reward as advantage).
     """
     _, inv = torch.unique(group, return_inverse=True)
     count = segment_sum(torch.ones_like(x), inv)
@@ -39,11 +39,14 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return total / mask.sum(dim=dim).to(total.dtype).clamp_min(torch.finfo(total.dtype).tiny)
 
 
-def masked_whiten(x: Tensor, mask: Tensor, unbiased: bool = True, eps: float = 1e-8) -> Tensor:
-    """``(x − μ) / sqrt(σ² + eps)`` with μ, σ² the masked mean / variance over all valid entries.
+def masked_whiten(
+    x: Tensor, mask: Tensor, unbiased: bool = True, eps: float = 1e-8, var_floor: float | None = None
+) -> Tensor:
+    """``(x − μ) / sqrt(σ² + eps)`` with μ, σ² the masked mean / variance over all valid entries, or
+    ``(x − μ) / sqrt(max(σ², var_floor))`` when ``var_floor`` is given (eps is then unused).
 
-    ``unbiased`` scales σ² by n/(n−1), n = Σ mask (verl ``masked_whiten``, spec §0.2); else population
-    variance (OpenRLHF). Raises ValueError if n ≤ 1.
+    ``unbiased`` scales σ² by n/(n−1), n = Σ mask (verl's ``masked_whiten``, which adds eps); else the
+    population variance (OpenRLHF, which floors it: ``var.clamp(min=1e-8)``). Raises ValueError if n ≤ 1.
     """
     n = float(mask.sum())
     if n <= 1:
@@ -52,4 +55,4 @@ def masked_whiten(x: Tensor, mask: Tensor, unbiased: bool = True, eps: float = 1
     var = masked_mean((x - mean) ** 2, mask)
     if unbiased:
         var = var * n / (n - 1)
-    return (x - mean) * torch.rsqrt(var + eps)
+    return (x - mean) * torch.rsqrt(var + eps if var_floor is None else var.clamp(min=var_floor))

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from polo.core.losses.entropy import entropy_from_logits
 from polo.policy.inputs import concat_inputs, pad_sequences
 from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora
-from polo.policy.prefix import read_after_prompt
+from polo.policy.prefix import CachedDecoder, read_after_prompt
 
 ADAPTER_DIR = "adapter"
 
@@ -104,14 +104,22 @@ class Policy(nn.Module):
             return self.tokenizer.batch_decode(seqs, skip_special_tokens=True)
         return backend.decode_batch(seqs, skip_special_tokens=True)  # one Rust call, not one Python call per row
 
+    def decoder(self) -> CachedDecoder:
+        """Incremental KV-cached decoding for the sampler (a wrapper may restrict the logits it returns)."""
+        return CachedDecoder(self.model, self.hf_model)
+
+    def restrict(self, logits: Tensor, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor) -> Tensor:
+        """The response positions' logits ``[B, T, V]`` as the policy's distribution sees them: unchanged here;
+        a wrapper that restricts the action space (``ActionMaskedPolicy``) sets excluded tokens to −inf."""
+        return logits
+
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool | Literal["metric"] = False, return_full: bool = False,
-                     hidden_layer: int | None = None, allow: Tensor | None = None) -> dict[str, Tensor]:
+                     hidden_layer: int | None = None) -> dict[str, Tensor]:
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
-        ``softmax(logits / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
+        ``softmax(restrict(logits) / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
-        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings). ``allow`` ``[B, T, V]``
-        restricts the distribution to the allowed tokens (NLPO's action mask), renormalized."""
+        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
         T = response_ids.shape[1]
         if hidden_layer is None:  # position t-1 predicts response token t
             logits = read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
@@ -122,8 +130,7 @@ class Policy(nn.Module):
             logits = out.logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
-        if allow is not None:
-            logits = logits.masked_fill(~allow[..., : logits.shape[-1]], float("-inf"))
+        logits = self.restrict(logits, prompt_ids, prompt_mask, response_ids)
         masked = ~response_mask.bool()
         result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
         if return_entropy:  # "metric": no autograd history (no [B, T, V] tensors kept for a backward)

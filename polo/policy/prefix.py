@@ -61,6 +61,24 @@ def prefill(model, distinct: tuple[Tensor, Tensor, Tensor], cache: DynamicCache,
     return out
 
 
+class CachedDecoder:
+    """Incremental decoding with a KV cache: ``prefill`` the prompts, then one ``step`` per token; each returns
+    the next-token logits ``[rows, V]``. ``select`` keeps the given rows (finished rows leave the batch)."""
+
+    def __init__(self, model, hf_model):
+        self.model, self.cache = model, new_cache(hf_model)
+
+    def prefill(self, distinct: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills)."""
+        return prefill(self.model, distinct, self.cache, logits_to_keep=1).logits[:, -1][distinct[2]]
+
+    def step(self, inputs: dict[str, Tensor]) -> Tensor:
+        return self.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]
+
+    def select(self, keep: Tensor) -> None:
+        self.cache.batch_select_indices(keep)
+
+
 def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuation: Tensor,
                       read: Callable[[object], Tensor], *, lm_head: bool) -> Tensor:
     """``read(model(prompt ++ continuation))`` at the last prompt position and at every continuation position,

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from polo.policy.inputs import trim_left_padding
 from polo.policy.policy import Policy
-from polo.policy.prefix import CACHE_ARG, distinct_prompts, new_cache, prefill
+from polo.policy.prefix import distinct_prompts
 
 COMPACT_FRACTION = 8
 """Finished rows leave the batch once they are at least 1/COMPACT_FRACTION of it (selecting cache rows costs)."""
@@ -24,7 +24,6 @@ class SampleOutput:
     response_mask: Tensor  # [B, T] 1 on generated tokens (stop token included)
     logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
     truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
-    allow: Tensor | None = None  # [B, T, V] bool: the action mask each token was sampled under (NLPO)
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
@@ -46,12 +45,12 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 @torch.no_grad()
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
-           generator: torch.Generator | None = None, action_mask=None) -> SampleOutput:
+           generator: torch.Generator | None = None) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
-    ``temperature == 0`` means greedy (log-probs then use temperature 1). ``action_mask`` (a
-    ``polo.rollout.action_mask.NucleusActionMask``) restricts every step to the allowed tokens; log-probs
-    are then those of the renormalized policy and the masks are returned in ``allow``.
+    ``temperature == 0`` means greedy (log-probs then use temperature 1). The logits come from
+    ``policy.decoder()``, so a policy wrapper that restricts the action space (NLPO's
+    ``ActionMaskedPolicy``) restricts sampling and log-probs alike (−inf logits drop out of the softmax).
     """
     device = policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
@@ -69,19 +68,11 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     next_position = prompt_mask.sum(-1, keepdim=True)
     padded = not bool(prompt_mask.all())  # without padding the model's own causal mask is enough
     distinct = distinct_prompts(prompt_ids, prompt_mask)  # the G samples of a prompt share its prefill
-    cache = new_cache(policy.hf_model)
-    logits = prefill(policy.model, distinct, cache, logits_to_keep=1).logits[:, -1][distinct[2]]
+    decoder = policy.decoder()
+    logits = decoder.prefill(distinct)
     steps = 0
-    out_allow = None
-    if action_mask is not None:
-        allow = action_mask.prefill(distinct)
-        out_allow = torch.ones(B, max_new_tokens, policy.hf_model.config.vocab_size, dtype=torch.bool, device=device)
     for t in range(max_new_tokens):
         z = logits.float() if temperature == 1.0 else logits.float() / temperature
-        if action_mask is not None:
-            allow = allow[:, : z.shape[-1]]
-            z = z.masked_fill(~allow, float("-inf"))
-            out_allow[rows[alive], t, : z.shape[-1]] = allow[alive]
         z = z.log_softmax(-1)  # one normalization serves the draw and the token's log-prob
         token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
         at = (slice(None), t) if len(rows) == B else (rows, t)  # before any compaction, rows == arange(B)
@@ -97,18 +88,13 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
             break
         if len(rows) - n_alive >= max(1, len(rows) // COMPACT_FRACTION):
             keep = alive.nonzero().squeeze(1)
-            cache.batch_select_indices(keep)
-            if action_mask is not None:
-                action_mask.select(keep)
+            decoder.select(keep)
             rows, alive, token, attention, next_position = (
                 x[keep] for x in (rows, alive, token, attention, next_position))
         inputs = {"input_ids": token[:, None], "position_ids": next_position,
                   "attention_mask": attention[:, : Tp + steps] if padded else None}
-        logits = policy.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: cache}).logits[:, -1]
-        if action_mask is not None:
-            allow = action_mask.step(inputs)
+        logits = decoder.step(inputs)
         next_position = next_position + 1
 
     mask = torch.arange(steps, device=device) < length[:, None]
-    allow = out_allow[:, :steps] if out_allow is not None else None
-    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens, allow)
+    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens)

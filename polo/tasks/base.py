@@ -101,6 +101,14 @@ class Task(Component):
             out.append(float(self.is_correct(completion, example)))
         return out
 
+    answer_marker: ClassVar[str | None] = None
+    """Text after which a completion gives its final answer (the reasoning span ends there); None: the
+    completion is all answer, as in the built-in tasks."""
+
     def task_rewards(self) -> dict[str, RewardFn]:
         """Rewards defined by this task; they shadow registered rewards of the same name."""
         return {"correct": self.correct_reward}
+
+    def reward_maxima(self) -> dict[str, float]:
+        """The largest value of each reward in ``task_rewards`` (a task that adds rewards declares theirs)."""
+        return {"correct": 1.0}

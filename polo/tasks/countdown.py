@@ -99,3 +99,6 @@ class Countdown(Task):
 
     def task_rewards(self) -> dict[str, RewardFn]:
         return {**super().task_rewards(), "format": self.format_reward, "closeness": self.closeness_reward}
+
+    def reward_maxima(self) -> dict[str, float]:
+        return {**super().reward_maxima(), "format": 1.0, "closeness": 1.0}

@@ -44,9 +44,15 @@ REWARDS: Registry = Registry("reward")
 RESERVED_COLUMNS = frozenset({"prompts", "completions", "answer"})
 
 
-def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
-    """Decorator registering a TRL-signature reward function under ``name``."""
-    return REWARDS.register(name)
+def register_reward(name: str, max_value: float = math.inf) -> Callable[[RewardFn], RewardFn]:
+    """Decorator registering a TRL-signature reward function under ``name``; ``max_value`` is the largest
+    value it returns (``inf``: unbounded or unknown), read by estimators that need the reward's range."""
+
+    def decorator(fn: RewardFn) -> RewardFn:
+        fn.max_value = float(max_value)
+        return REWARDS.register(name)(fn)
+
+    return decorator
 
 
 def get_reward(name: str) -> RewardFn:
@@ -98,6 +104,16 @@ def resolve_reward(task: Task, name: str) -> RewardFn:
         return REWARDS.get(name)
     valid = ", ".join(sorted(set(local) | set(REWARDS.names())))
     raise ConfigError(f"unknown reward {name!r} for task {task.name!r}; valid reward names: {valid}")
+
+
+def reward_maxima(task: Task, rewards: Sequence[RewardSpec]) -> torch.Tensor:
+    """``[K]`` the largest value of each reward component: the task's declaration for its own rewards
+    (``Task.reward_maxima``), the registered function's ``max_value`` otherwise, ``inf`` when undeclared."""
+    own = task.reward_maxima()
+    specs = [RewardSpec.of(s) for s in rewards]
+    values = [own[s.name] if s.name in own else getattr(resolve_reward(task, s.name), "max_value", math.inf)
+              for s in specs]
+    return torch.tensor(values, dtype=torch.float32)
 
 
 def batch_columns(examples: Sequence[Example]) -> dict[str, list]:
@@ -176,13 +192,13 @@ def first_number(text: str) -> float | None:
     return float(match.group()) if match else None
 
 
-@register_reward("exact_match")
+@register_reward("exact_match", max_value=1.0)
 def exact_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the stripped completion equals the stripped answer."""
     return [float(exact(c, a)) for c, a in zip(completions, answer)]
 
 
-@register_reward("numeric_match")
+@register_reward("numeric_match", max_value=1.0)
 def numeric_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the first number of the completion equals the first number of the answer."""
     out = []
@@ -192,19 +208,19 @@ def numeric_match(prompts: list[str], completions: list[str], answer: list[str],
     return out
 
 
-@register_reward("contains_answer")
+@register_reward("contains_answer", max_value=1.0)
 def contains_answer(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the stripped answer occurs in the completion."""
     return [float(a.strip() in c) for c, a in zip(completions, answer)]
 
 
-@register_reward("digit_match")
+@register_reward("digit_match", max_value=1.0)
 def digit_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the least significant digit (see the module docstring)."""
     return [position_match(c, a, from_right=True) for c, a in zip(completions, answer)]
 
 
-@register_reward("char_match")
+@register_reward("char_match", max_value=1.0)
 def char_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the first character (see the module docstring)."""
     return [position_match(c, a) for c, a in zip(completions, answer)]

@@ -1,8 +1,10 @@
 """Recipe configuration: YAML recipes, ``key.sub=value`` overrides and validation with clear errors.
 
-A recipe picks one registered component per pipeline stage (``advantage``, ``policy_loss``, ``kl``,
-``aggregation``) and sets the loop's hyperparameters. Every key is validated: an unknown key or a wrong
-type names the key; an unknown component name lists the valid ones.
+A recipe picks one registered component per pipeline stage (``engine``, ``prompt_sampler``, ``shaping``,
+``advantage``, ``credit``, ``policy_loss``, ``aggregation``, ``kl``, ``optimizer_hook``), configures model
+roles (``roles``) and sets the loop's hyperparameters. Every key is validated: an unknown key or a wrong type
+names the key; an unknown component name lists the valid ones; a component whose inputs no engine or
+provider can supply, and a micro-batch size that would split the groups a component needs whole, are refused.
 """
 from __future__ import annotations
 
@@ -12,9 +14,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from polo.core.registry import ConfigError
+from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
+                                SHAPING, ConfigError, Registry)
 from polo.policy.lora import LoraConfig
+from polo.policy.roles import ROLES
 from polo.policy.tiny import TinyModelConfig
+from polo.rollout.engine import ENGINES
+from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.train.inputs import plan_inputs
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -49,15 +56,6 @@ class WarmStart(Section):
     check_size: int = Field(200, gt=0)
 
 
-class ActionMask(Section):
-    """NLPO: sample and train within the top-p nucleus of a masking policy (a copy of the policy
-    refreshed every ``sync_every`` steps); single_turn_rewards_guidance_preference.md §16."""
-
-    top_p: float = Field(0.9, gt=0, le=1)
-    min_tokens_to_keep: int = Field(1, ge=1)
-    sync_every: int = Field(5, ge=1)
-
-
 class Rollout(Section):
     prompts_per_step: int = Field(64, gt=0)
     samples_per_prompt: int = Field(8, gt=0)
@@ -66,7 +64,6 @@ class Rollout(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
-    action_mask: ActionMask | None = None
     mask_truncated: bool = False
     """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
 
@@ -74,22 +71,13 @@ class Rollout(Section):
 class Kl(Section):
     """KL(π‖π_ref) loss term: ``coef · agg(divergence(logp, ref_logp))``; coef 0 needs no reference."""
 
-    name: str = "k3"
+    name: str = DIVERGENCES.default
     coef: float = Field(0.0, ge=0)
     target: float | None = Field(None, gt=0)
     """Adaptive KL controller (Ziegler et al. 2019): with a target, the coefficient of the KL in use (this
     loss term, or the advantage's ``kl_coef`` for KL-in-reward) follows
     ``β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·B/horizon)`` after every step."""
     horizon: int = Field(10000, gt=0)
-
-
-class Critic(Section):
-    """Value model, created when the advantage estimator needs ``values``."""
-
-    lr: float = Field(1e-3, gt=0)
-    value_clip: float | None = Field(0.5, gt=0)
-    warmup_steps: int = Field(0, ge=0)
-    """Steps at the start during which only the critic learns."""
 
 
 class Optim(Section):
@@ -137,52 +125,68 @@ class Recipe(Section):
     rewards: list[dict[str, Any]] | None = None
     """[{name, weight}]; None: the task's default reward components."""
     model: Model = Model()
+    roles: dict[str, dict[str, Any]] = {}
+    """Settings of model roles by name (``critic: {lr: 1e-3}``, ``masking_policy: {top_p: 0.9}``); a role is
+    built when a chosen component's inputs need it, or (a role that wraps the policy) when it is listed."""
     warm_start: WarmStart = WarmStart()
+    engine: dict[str, Any] | str = {"name": ENGINES.default}
     rollout: Rollout = Rollout()
-    sampler: dict[str, Any] | str = {"name": "uniform"}
+    prompt_sampler: dict[str, Any] | str = {"name": PROMPT_SAMPLERS.default}
     shaping: list[dict[str, Any]] = []
-    advantage: dict[str, Any] | str = {"name": "grpo"}
+    advantage: dict[str, Any] | str = {"name": ADVANTAGES.default}
     credit: dict[str, Any] | str | None = None
-    policy_loss: dict[str, Any] | str = {"name": "ppo_clip"}
-    aggregation: dict[str, Any] | str = {"name": "token_mean"}
+    policy_loss: dict[str, Any] | str = {"name": POLICY_LOSSES.default}
+    aggregation: dict[str, Any] | str = {"name": AGGREGATIONS.default}
     kl: Kl = Kl()
     optimizer_hook: dict[str, Any] | str | None = None
     entropy_coef: float = 0.0
-    critic: Critic = Critic()
     optim: Optim = Optim()
     train: Loop = Loop()
     output_dir: str = "runs"
 
     @model_validator(mode="after")
-    def _components_exist(self) -> "Recipe":
-        build_components(self)
+    def _components_fit(self) -> "Recipe":
+        components = build_components(self)
+        plan_inputs(self, components)
+        check_whole_groups(self, components)
         return self
 
 
-def build_components(recipe: Recipe) -> dict[str, Any]:
-    """Instantiate every registered component the recipe names (raises ConfigError on a bad one)."""
-    from polo.catalog import load_all_components
-    from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS,
-                                    POLICY_LOSSES, SAMPLERS, SHAPING)
+STAGES: dict[str, Registry] = {
+    "engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "advantage": ADVANTAGES, "credit": CREDIT,
+    "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS, "optimizer_hook": OPTIMIZER_HOOKS,
+}
+"""Recipe keys that name one registered component each (``credit`` and ``optimizer_hook`` are optional)."""
+COMPONENT_KEYS = (*STAGES, "roles")
 
-    load_all_components()
-    built = {
-        "sampler": SAMPLERS.build(recipe.sampler, "sampler"),
-        "advantage": ADVANTAGES.build(recipe.advantage, "advantage"),
-        "policy_loss": POLICY_LOSSES.build(recipe.policy_loss, "policy_loss"),
-        "aggregation": AGGREGATIONS.build(recipe.aggregation, "aggregation"),
-        "kl": DIVERGENCES.build({"name": recipe.kl.name}, "kl.name"),
-    }
+
+def build_components(recipe: Recipe) -> dict[str, Any]:
+    """Instantiate every registered component the recipe names (raises ConfigError on a bad one): one per
+    stage, ``shaping.i`` per shaping term and ``kl`` (the divergence of the KL loss term)."""
+    built = {key: registry.build(getattr(recipe, key), key) for key, registry in STAGES.items()
+             if getattr(recipe, key) is not None}
+    built["kl"] = DIVERGENCES.build({"name": recipe.kl.name}, "kl.name")
     for i, spec in enumerate(recipe.shaping):
         built[f"shaping.{i}"] = SHAPING.build(spec, f"shaping[{i}]")
-    if recipe.credit is not None:
-        built["credit"] = CREDIT.build(recipe.credit, "credit")
-    if recipe.optimizer_hook is not None:
-        built["optimizer_hook"] = OPTIMIZER_HOOKS.build(recipe.optimizer_hook, "optimizer_hook")
     return built
 
 
-COMPONENT_KEYS = ("sampler", "advantage", "credit", "policy_loss", "aggregation", "optimizer_hook")
+def build_role(recipe: Recipe, name: str):
+    """The role ``name`` with the recipe's settings for it (``roles.NAME``), defaults otherwise."""
+    settings = recipe.roles.get(name) or {}
+    if not isinstance(settings, dict):
+        raise ConfigError(f"roles.{name}: expected a mapping of settings, got {settings!r}")
+    return ROLES.build({"name": name, **settings}, f"roles.{name}")
+
+
+def check_whole_groups(recipe: Recipe, components: dict[str, Any]) -> None:
+    """Refuse a micro-batch size that would split the groups a component needs whole."""
+    size, G = recipe.train.micro_batch_size, recipe.rollout.samples_per_prompt
+    whole = sorted(f"{key} {c.registry_name}" for key, c in components.items() if c.whole_groups)
+    if whole and size is not None and size % G:
+        raise ConfigError(f"train.micro_batch_size={size} would split groups of rollout.samples_per_prompt={G}, "
+                          f"and {', '.join(whole)} needs whole groups in every micro-batch: use a multiple of {G} "
+                          f"or leave train.micro_batch_size unset")
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
@@ -258,5 +262,23 @@ def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
         raise ConfigError("invalid recipe: " + validation_message(err)) from None
 
 
+def resolved_tree(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as a plain tree with every component's and every configured role's full settings, defaults
+    filled in (what a run's config.yaml holds)."""
+    tree = recipe.model_dump(mode="json")
+    components = build_components(recipe)
+    for key, component in components.items():
+        full = {"name": component.registry_name, **component.model_dump(mode="json")}
+        if key == "kl":
+            tree["kl"].update(full)
+        elif key.startswith("shaping."):
+            tree["shaping"][int(key.split(".")[1])] = full
+        else:
+            tree[key] = full
+    used = set(plan_inputs(recipe, components).roles) | set(recipe.roles)
+    tree["roles"] = {name: build_role(recipe, name).model_dump(mode="json") for name in sorted(used)}
+    return tree
+
+
 def dump_recipe(recipe: Recipe) -> str:
-    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
+    return yaml.safe_dump(resolved_tree(recipe), sort_keys=False)

@@ -1,88 +1,62 @@
-"""Extra inputs that components declare in ``needs()``, computed once per step and put on the batch.
+"""Which inputs a run needs, who provides them, and which model roles that takes.
 
-Vocabulary (see polo/core/registry.py): ``ref_logp``, ``values``, ``values_privileged``,
-``entropy_old``, ``sum_pi_sq``, ``old_dist``, ``ref_dist``, ``hidden``, ``greedy_reward``,
-``rollout_logp``. ``old_logp`` is the sampler's (same weights) unless ``rollout_logp`` is needed, in which
-case the trainer recomputes it and keeps the engine's log-probs apart.
+Components declare inputs by name (``Component.needs()``); the engine writes some itself
+(``Engine.provides``); every other one comes from the input provider registered under that name
+(polo.rollout.providers). The roles the run builds are those the engine and the chosen providers need, plus
+the roles that wrap the policy when the recipe configures them. Nothing here names a particular input.
 """
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-KNOWN = {"old_logp", "ref_logp", "values", "values_privileged", "entropy_old", "sum_pi_sq", "old_dist",
-         "ref_dist", "hidden", "greedy_reward", "rollout_logp", "prompt_index", "correct"}
-
-PRIVILEGED_TEMPLATE = " The ground truth answer is {answer}."
-
-
-def check_needs(needs: set[str]) -> None:
-    unknown = needs - KNOWN
-    if unknown:
-        raise ValueError(f"components need inputs the trainer cannot provide: {sorted(unknown)}; "
-                         f"known inputs: {sorted(KNOWN)}")
+from polo.core.registry import ConfigError
+from polo.policy.roles import ROLES
+from polo.rollout.providers import PROVIDERS, Provider, ProviderContext
+from polo.rollout.engine import Rollouts
 
 
-def hidden_layer(components) -> int:
-    layers = {c.hidden_layer for c in components if hasattr(c, "hidden_layer")}
-    if len(layers) > 1:
-        raise ValueError(f"components ask for different hidden layers {sorted(layers)}")
-    return layers.pop() if layers else -1
+@dataclass
+class InputPlan:
+    needs: set[str]
+    """Every input a chosen component reads."""
+    providers: list[Provider]
+    """The distinct providers to call each step, in registration order of their first needed name."""
+    roles: list[str]
+    """The model roles to build."""
 
 
-def privileged_prompts(policy, examples):
-    """Prompt ⊕ "The ground truth answer is {answer}." for the reference-guided critic (ReDiPPO)."""
-    return policy.encode_prompts([e.prompt + PRIVILEGED_TEMPLATE.format(answer=e.answer) for e in examples])
+def required_inputs(components: dict, kl_coef: float) -> set[str]:
+    """The union of the components' ``needs()``; the KL term's only when its coefficient is non-zero."""
+    needs = set().union(*(c.needs() for key, c in components.items() if key != "kl"))
+    return needs | (components["kl"].needs() if kl_coef > 0 else set())
 
 
-@torch.no_grad()
-def provide_inputs(trainer, got, needs: set[str]) -> None:
-    """Fill ``got.batch`` with every input in ``needs``."""
-    batch, policy, temp = got.batch, trainer.policy, trainer.recipe.rollout.temperature
-    args = (batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask)
-    old_needs = needs & {"entropy_old", "sum_pi_sq", "old_dist", "hidden", "rollout_logp"}
-    if old_needs:
-        layer = hidden_layer(trainer.components.values()) if "hidden" in needs else None
-        full = bool(needs & {"sum_pi_sq", "old_dist"})
-        out = policy.forward_logp(*args, temperature=temp, return_entropy="entropy_old" in needs,
-                                  return_full=full, hidden_layer=layer, allow=batch.extras.get("allow"))
-        if "rollout_logp" in needs:
-            batch.extras["rollout_logp"] = batch.old_logp
-            batch.old_logp = out["logp"]
-        if "entropy_old" in needs:
-            batch.extras["entropy_old"] = out["entropy"]
-        if full:
-            lp = out["logprobs_full"]
-            if "sum_pi_sq" in needs:
-                batch.extras["sum_pi_sq"] = (2 * lp).exp().sum(-1) * batch.mask
-            if "old_dist" in needs:
-                batch.extras["old_logprobs_full"] = lp
-        if layer is not None:
-            batch.extras["hidden"] = out["hidden"]
-    if "ref_logp" in needs or "ref_dist" in needs:
-        out = trainer.reference.forward_logp(*args, temperature=temp, return_full="ref_dist" in needs)
-        batch.ref_logp = out["logp"]
-        if "ref_dist" in needs:
-            batch.extras["ref_logprobs_full"] = out["logprobs_full"]
-    if "values" in needs:
-        batch.values = trainer.critic(*args)
-    if "values_privileged" in needs:
-        ids, mask = privileged_prompts(policy, got.examples)
-        batch.extras["privileged_prompt_ids"], batch.extras["privileged_prompt_mask"] = ids, mask
-        batch.extras["values_privileged"] = trainer.privileged_critic(ids, mask, *args[2:])
-    if "greedy_reward" in needs:
-        batch.extras["greedy_reward"] = greedy_rewards(trainer, got)
+def plan_inputs(recipe, components: dict) -> InputPlan:
+    """The providers and roles for the recipe's components; ConfigError for an input nobody provides or a
+    configured role that does not exist."""
+    engine = components["engine"]
+    needs = required_inputs(components, recipe.kl.coef)
+    missing = sorted(n for n in needs - engine.provides if n not in PROVIDERS)
+    if missing:
+        users = sorted(f"{key} {c.registry_name}" for key, c in components.items() if c.needs() & set(missing))
+        raise ConfigError(f"{', '.join(users)} need(s) input(s) {missing} that neither engine "
+                          f"{engine.registry_name!r} (provides {sorted(engine.provides)}) nor any registered "
+                          f"provider supplies; providers: {', '.join(PROVIDERS.names())}")
+    providers: list[Provider] = []
+    for name in sorted(needs - engine.provides):
+        provider = PROVIDERS.get(name)
+        if all(provider is not p for p in providers):
+            providers.append(provider)
+    for name in recipe.roles:
+        ROLES.get(name)
+    roles = set(engine.roles()).union(*(p.roles for p in providers))
+    roles |= {name for name in recipe.roles if ROLES.get(name).wraps_policy}
+    return InputPlan(needs, providers, sorted(roles))
 
 
-def greedy_rewards(trainer, got) -> torch.Tensor:
-    """Scalar reward of one greedy completion per group, broadcast to the group's rows (ReMax)."""
-    from polo.train.collect import collect
-
-    batch = got.batch
-    first = torch.ones_like(batch.group, dtype=torch.bool)
-    first[1:] = batch.group[1:] != batch.group[:-1]
-    rows = first.nonzero().squeeze(-1).tolist()
-    greedy = collect(trainer.policy, trainer.task, trainer.reward_specs, [got.examples[i] for i in rows],
-                     batch.extras["prompt_index"][rows].tolist(), trainer.recipe.rollout,
-                     trainer.max_new_tokens, trainer.sample_generator, samples_per_prompt=1, greedy=True)
-    per_group = greedy.batch.scalar_reward()
-    return per_group[torch.cumsum(first.long(), 0) - 1]
+def provide_inputs(context: ProviderContext, rollouts: Rollouts, plan: InputPlan) -> None:
+    """Call each planned provider once and write what it returns into the batch under each name."""
+    batch = rollouts.batch
+    for provider in plan.providers:
+        for name, value in provider(context, rollouts).items():
+            batch.set_input(name, value)

@@ -4,15 +4,7 @@ from __future__ import annotations
 import torch
 
 from polo.core.batch import RolloutBatch
-
-
-def group_reward_spread(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """max − min of the scalar reward within each group, ``[num_groups]``."""
-    _, index = torch.unique(group, return_inverse=True)
-    n = int(index.max()) + 1
-    high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
-    low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
-    return high - low
+from polo.rollout.prompt_samplers import group_reward_spread
 
 
 def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]:

@@ -1,11 +1,11 @@
-"""The training loop: sample prompts → G rollouts each → rewards → shaping → advantages → token credit →
-minibatch updates → component hooks.
+"""The training loop: prompt sampler → engine rollouts → rewards → shaping → inputs → advantages → token
+credit → minibatch updates → component hooks.
 
-One ``Trainer.step`` is one pipeline pass of DESIGN.md. The trainer provides exactly the inputs the chosen
-components declare (``needs()``, see polo/train/inputs.py): a frozen reference policy only for
-``ref_logp``, a critic only for ``values``. Everything random (data order, sampling, minibatch shuffles)
-draws from generators that are checkpointed together with every component's state, so ``--resume``
-continues a killed run bit for bit.
+One ``Trainer.step`` is one pass of the pipeline (docs/pipeline.md). Everything particular lives in registries: the engine
+(``engine.name``), the input providers that supply what the chosen components declare (``needs()``), the
+model roles those providers and the engine need (built only then), the components themselves. Everything
+random (data order, sampling, minibatch shuffles) draws from generators that are checkpointed together with
+every component's and role's state, so ``--resume`` continues a killed run bit for bit.
 """
 from __future__ import annotations
 
@@ -18,23 +18,24 @@ from typing import Any
 import torch
 
 from polo.core.batch import concat_batches
-from polo.core.context import StepContext
-from polo.policy.policy import Policy, ValueModel
-from polo.policy.reference import frozen_copy
-from polo.rollout.action_mask import NucleusActionMask
+from polo.core.context import StepContext, TrainingContext
+from polo.policy.policy import Policy
+from polo.rollout.engine import EngineSetup
+from polo.rollout.providers import ProviderContext
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec
 from polo.train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
-from polo.train.collect import collect
-from polo.train.config import Recipe, build_components, dump_recipe
+from polo.train.config import Recipe, build_components, build_role, dump_recipe
+from polo.train.critics import Critics
 from polo.train.data import PromptStream
 from polo.train.evaluate import accuracy
-from polo.train.inputs import check_needs, provide_inputs
+from polo.train.inputs import plan_inputs, provide_inputs
+from polo.train.kl_control import KlCoefficients
 from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
 from polo.train.schedule import lr_multiplier
 from polo.train.stats import advantage_diagnostics, rollout_metrics
-from polo.train.update import Updater
+from polo.train.update import LossTerms, Updater, UpdateSettings
 from polo.train.warm_start import ensure_warm_start
 
 
@@ -63,85 +64,68 @@ class Trainer:
         random.seed(recipe.seed)
         self.task = build_task(recipe.task)
         specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
-        self.reward_specs = [RewardSpec(**s) for s in specs]
-        self.policy = load_policy(recipe, self.task, log)
-        self.components = build_components(recipe)
-        c = self.components
-        self.advantage, self.policy_loss, self.aggregation, self.divergence = (
-            c["advantage"], c["policy_loss"], c["aggregation"], c["kl"])
-        self.kl_coef = recipe.kl.coef
-        # the KL divergence's inputs are needed only when its loss term is on
-        self.needs = set().union(*(comp.needs() for name, comp in c.items() if name != "kl")) | (
-            self.divergence.needs() | {"ref_logp"} if recipe.kl.coef > 0 else set())
-        check_needs(self.needs)
-        self.reference = frozen_copy(self.policy) if self.needs & {"ref_logp", "ref_dist"} else None
-        self.critic = ValueModel.from_policy(self.policy) if "values" in self.needs else None
-        self.privileged_critic = ValueModel.from_policy(self.policy) if "values_privileged" in self.needs else None
-        o = recipe.optim
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        fused = all(p.device.type in ("cpu", "cuda") for p in self.params)  # one kernel for all parameters
-        self.optimizer = torch.optim.AdamW(self.params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay,
-                                           fused=fused)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(o, recipe.train.steps))
-        self.critic_optimizers = {
-            name: torch.optim.AdamW(model.parameters(), lr=recipe.critic.lr)
-            for name, model in (("critic", self.critic), ("privileged_critic", self.privileged_critic))
-            if model is not None
-        }
+        self.reward_specs = [RewardSpec.of(s) for s in specs]
+        policy = load_policy(recipe, self.task, log)
+        self.components = c = build_components(recipe)
+        self.engine, self.advantage = c["engine"], c["advantage"]
+        self.plan = plan_inputs(recipe, c)
+        self.roles = {name: build_role(recipe, name) for name in self.plan.roles}
+        self.models = {name: role.build(policy) for name, role in self.roles.items()}
+        for name, role in self.roles.items():
+            policy = role.wrap(policy, self.models[name])
+        self.policy = policy
+        r, o = recipe.rollout, recipe.optim
         self.max_new_tokens = max_new_tokens(recipe, self.task)
+        self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
+                                      r.temperature, r.top_p, r.top_k))
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(o, recipe.train.steps))
+        self.critics = Critics([(n, role, self.models[n]) for n, role in self.roles.items() if role.trainable],
+                               o.grad_clip)
+        in_reward = self.advantage.kl_coef if self.advantage.kl_in_reward else 0.0
+        self.kl = KlCoefficients(recipe.kl.coef, in_reward, recipe.kl.target, recipe.kl.horizon,
+                                 r.prompts_per_step * r.samples_per_prompt)
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.stream = PromptStream(pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         self.sample_generator = torch.Generator().manual_seed(recipe.seed + 1)
         self.shuffle_generator = torch.Generator().manual_seed(recipe.seed + 2)
+        self.inputs = ProviderContext(self.policy, self.models, self.engine, self.task, c, self.plan.needs,
+                                      r.temperature, self.sample_generator)
+        t = recipe.train
+        settings = UpdateSettings(t.epochs, t.minibatches, t.micro_batch_size, o.grad_clip, r.temperature,
+                                  self.max_new_tokens, t.skip_zero_advantage_rows,
+                                  any(comp.whole_groups for comp in c.values()))
+        terms = LossTerms(c["policy_loss"], c["aggregation"], c["kl"], recipe.entropy_coef)
+        self.updater = Updater(self.policy, self.optimizer, terms, self.critics, settings, self.shuffle_generator,
+                               c.get("optimizer_hook"))
         self.replay: list = []
-        am = recipe.rollout.action_mask
-        self.mask_policy = frozen_copy(self.policy) if am is not None else None
-        self.action_mask = NucleusActionMask(self.mask_policy, am.top_p, am.min_tokens_to_keep) if am else None
         self.step_count = 0
         self.elapsed = 0.0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
-        self.updater = Updater(self)
-
-    # ----------------------------------------------------------------- critics
-    def critics(self):
-        """(model, optimizer) of every critic."""
-        return [(getattr(self, name), opt) for name, opt in self.critic_optimizers.items()]
-
-    def critic_inputs(self, micro):
-        """(name, critic, prompt_ids, prompt_mask, old values) for each critic's loss on ``micro``."""
-        out = []
-        if self.critic is not None:
-            out.append(("value", self.critic, micro.prompt_ids, micro.prompt_mask, micro.values))
-        if self.privileged_critic is not None:
-            e = micro.extras
-            out.append(("value_privileged", self.privileged_critic, e["privileged_prompt_ids"],
-                        e["privileged_prompt_mask"], e["values_privileged"]))
-        return out
 
     # ----------------------------------------------------------------- state
     def state(self) -> tuple[dict, dict]:
-        weights = {"policy": self.policy.state_dict()}
+        weights = {"policy": self.policy.state_dict(), **self.critics.weights()}
+        weights.update({f"role.{n}": self.models[n].state_dict() for n, role in self.roles.items()
+                        if role.checkpointed and not role.trainable})
         state: dict[str, Any] = {
             "step": self.step_count,
             "elapsed": self.elapsed,
-            "kl_coef": self.kl_coef,
+            "kl": self.kl.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
+            "critic_optimizers": self.critics.state_dict(),
             "stream": self.stream.state_dict(),
             "sample_generator": self.sample_generator.get_state(),
             "shuffle_generator": self.shuffle_generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "components": {name: comp.state_dict() for name, comp in self.components.items()},
-            "advantage_config": self.advantage.model_dump(),
             "replay": self.replay,
         }
-        if self.mask_policy is not None:
-            weights["mask_policy"] = self.mask_policy.state_dict()
-        for name, opt in self.critic_optimizers.items():
-            weights[name] = getattr(self, name).state_dict()
-            state[f"{name}_optimizer"] = opt.state_dict()
         return weights, state
 
     def save(self) -> Path:
@@ -153,6 +137,10 @@ class Trainer:
     def restore(self, path: Path) -> None:
         weights, state = load_checkpoint(path)
         self.policy.load_state_dict(weights["policy"])
+        self.critics.load(weights, state["critic_optimizers"])
+        for name, role in self.roles.items():
+            if role.checkpointed and not role.trainable:
+                self.models[name].load_state_dict(weights[f"role.{name}"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.stream.load_state_dict(state["stream"])
@@ -162,30 +150,22 @@ class Trainer:
         random.setstate(state["python_rng"])
         for name, comp in self.components.items():
             comp.load_state_dict(state["components"][name])
-        for key, value in state["advantage_config"].items():
-            setattr(self.advantage, key, value)
-        if self.mask_policy is not None:
-            self.mask_policy.load_state_dict(weights["mask_policy"])
-        for name, opt in self.critic_optimizers.items():
-            getattr(self, name).load_state_dict(weights[name])
-            opt.load_state_dict(state[f"{name}_optimizer"])
+        self.kl.load_state_dict(state["kl"])
         self.replay = state["replay"]
-        self.kl_coef = state["kl_coef"]
         self.step_count, self.elapsed = state["step"], state["elapsed"]
         self.metrics.truncate_after(self.step_count)
 
     # ----------------------------------------------------------------- one step
     def generate(self, examples, indices):
-        return collect(self.policy, self.task, self.reward_specs, examples, indices, self.recipe.rollout,
-                       self.max_new_tokens, self.sample_generator, action_mask=self.action_mask)
+        return self.engine.rollout(self.policy, examples, indices, self.sample_generator)
 
     def step(self) -> dict[str, float]:
         r, c = self.recipe, self.components
         timings: dict[str, float] = {}
         t = time.perf_counter()
         self.policy.eval()
-        got, row = c["sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
-                                        self.sample_generator, c)
+        got, row = c["prompt_sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
+                                               self.sample_generator, c)
         batch = got.batch
         timings["sample"] = time.perf_counter() - t
 
@@ -196,13 +176,14 @@ class Trainer:
                 batch.rewards = torch.cat([batch.rewards, extra[:, None]], 1)
                 batch.reward_names = (*batch.reward_names, shaping.registry_name)
                 batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
+                batch.reward_max = torch.cat([batch.reward_max, torch.tensor([shaping.max_value])])
         if r.rollout.mask_truncated:
             batch.response_mask = batch.response_mask * ~batch.truncated[:, None]
-        provide_inputs(self, got, self.needs)
+        provide_inputs(self.inputs, got, self.plan)
         timings["inputs"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        result = self.advantage(batch)
+        result = self.advantage(batch, kl_coef=self.kl.reward) if self.advantage.kl_in_reward else self.advantage(batch)
         batch.advantages, batch.returns = result.advantages, result.returns
         if "credit" in c:
             batch.advantages = batch.advantages * c["credit"](batch)
@@ -212,18 +193,21 @@ class Trainer:
         timings["advantage"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        row.update(self.updater.run(concat_batches([trained, *self.replay])))
+        frozen = self.critics.policy_frozen(self.step_count)
+        row.update(self.updater.run(concat_batches([trained, *self.replay]), self.kl.loss, frozen))
         if r.train.replay_steps:
             self.replay = [trained, *self.replay][: r.train.replay_steps]
         timings["update"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        context = StepContext(self.step_count + 1, self.policy_logp, self.optimizer.param_groups[0]["lr"])
-        for name, comp in c.items():
+        done = self.step_count + 1
+        context = StepContext(done, self.policy_logp, self.optimizer.param_groups[0]["lr"])
+        for comp in c.values():
             row.update(comp.after_update(batch, context))
-        self.adapt_kl(row)
-        if self.mask_policy is not None and (self.step_count + 1) % r.rollout.action_mask.sync_every == 0:
-            self.mask_policy.load_state_dict(self.policy.state_dict())
+        row.update(self.kl.adapt(row))
+        for name, role in self.roles.items():
+            role.on_update(self.models[name], self.policy, done)
+        self.engine.sync(self.policy, done)
         timings["hooks"] = time.perf_counter() - t
 
         row["optim/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -237,26 +221,23 @@ class Trainer:
     @torch.no_grad()
     def policy_logp(self, batch) -> torch.Tensor:
         return self.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                        batch.response_mask, temperature=self.recipe.rollout.temperature,
-                                        allow=batch.extras.get("allow"))["logp"]
+                                        batch.response_mask, temperature=self.recipe.rollout.temperature)["logp"]
 
-    def adapt_kl(self, row: dict) -> None:
-        """Adaptive KL controller on whichever KL coefficient is in use (loss term or KL-in-reward)."""
-        k = self.recipe.kl
-        if k.target is None:
-            return
-        in_reward = self.kl_coef == 0 and getattr(self.advantage, "kl_coef", 0) > 0
-        observed = row.get("policy/kl_ref" if not in_reward else "kl/behaviour_ref")
-        if observed is None:
-            return
-        error = max(-0.2, min(0.2, observed / k.target - 1))
-        factor = 1 + error * self.recipe.rollout.prompts_per_step * self.recipe.rollout.samples_per_prompt / k.horizon
-        if in_reward:
-            self.advantage.kl_coef *= factor
-            row["kl/coef"] = self.advantage.kl_coef
-        else:
-            self.kl_coef *= factor
-            row["kl/coef"] = self.kl_coef
+    def before_training(self) -> dict[str, float]:
+        """The components' ``before_training`` hooks, once, before the first step of a new run."""
+        pool = self.stream.pool
+
+        def rollout(prompt_index: torch.Tensor, samples_per_prompt: int):
+            index = prompt_index.tolist()
+            return self.engine.rollout(self.policy, [pool[i] for i in index], index, self.sample_generator,
+                                       samples_per_prompt=samples_per_prompt).batch
+
+        context = TrainingContext(torch.arange(len(pool)), rollout)
+        row: dict[str, float] = {}
+        self.policy.eval()
+        for comp in self.components.values():
+            row.update(comp.before_training(context))
+        return row
 
     # ----------------------------------------------------------------- loop
     def evaluate(self) -> dict[str, float]:
@@ -270,7 +251,7 @@ class Trainer:
         (self.run_dir / "config.yaml").write_text(dump_recipe(r))
         if self.step_count == 0:
             self.metrics.truncate_after(-1)
-            self.metrics.write({"step": 0, **self.evaluate()})
+            self.metrics.write({"step": 0, **self.before_training(), **self.evaluate()})
         budget = r.train.max_minutes * 60 if r.train.max_minutes else math.inf
         title = f"{r.name} ({self.run_dir.name})"
         while self.step_count < r.train.steps and self.elapsed < budget:

@@ -2,23 +2,49 @@
 
 Each optimizer step's loss is aggregated with the token / sequence counts of its whole minibatch
 (``StepCounts``), so gradient accumulation over micro-batches gives the same step as one big batch.
-When the policy loss is the only term and is inert at zero advantage (``PolicyLoss.inert_at_zero_advantage``),
-rows whose advantages are all 0 (e.g. GRPO groups with equal rewards) skip the forward/backward: same
-gradient, less work; ``policy/*`` metrics then describe the rows that carry gradient.
+Minibatches are made of whole groups; micro-batches are cut on group boundaries when a component needs whole
+groups. When the policy loss is the only term and is inert at zero advantage
+(``PolicyLoss.inert_at_zero_advantage``), rows whose advantages are all 0 (e.g. GRPO groups with equal
+rewards) skip the forward/backward: same gradient, less work; ``policy/*`` metrics then describe the rows
+that carry gradient.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from polo.core.aggregation import StepCounts
-from polo.core.losses.value import clipped_value_loss
+from polo.core.aggregation import Aggregation, StepCounts
+from polo.core.divergences import Divergence
+from polo.core.losses.base import PolicyLoss
+from polo.core.optim_hooks import OptimizerHook
+from polo.train.critics import Critics
 
 
-def _micro_slices(n: int, size: int | None, parts: int = 1) -> list[slice]:
-    size = size or max(1, math.ceil(n / parts))
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+@dataclass
+class LossTerms:
+    """``loss = policy_loss (aggregated) + kl_coef·agg(divergence(logp, ref_logp)) − entropy_coef·agg(H)``;
+    the KL coefficient is the trainer's state and is passed to each ``Updater.run``."""
+
+    policy_loss: PolicyLoss
+    aggregation: Aggregation
+    divergence: Divergence
+    entropy_coef: float = 0.0
+
+
+@dataclass
+class UpdateSettings:
+    epochs: int = 1
+    minibatches: int = 1
+    micro_batch_size: int | None = None
+    grad_clip: float | None = 1.0
+    temperature: float = 1.0
+    max_new_tokens: int = 1
+    """The aggregation's default L_norm (the response length cap)."""
+    skip_zero_advantage_rows: bool = True
+    whole_groups: bool = False
+    """Cut micro-batches on group boundaries (a component needs whole groups)."""
 
 
 def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -31,106 +57,125 @@ def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -
     return [rows for rows in torch.tensor_split(order, bounds) if len(rows)]
 
 
+def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1, whole_groups: bool = False) -> list[torch.Tensor]:
+    """Row indices of consecutive micro-batches of ``size`` rows (None: ``parts`` equal parts). With
+    ``whole_groups`` (rows of a group are contiguous) each group goes to the micro-batch where it starts, so
+    no group is split; a micro-batch then holds ``size`` rows when every group has a size dividing it."""
+    n = len(group)
+    size = size or max(1, math.ceil(n / parts))
+    rows = torch.arange(n)
+    if n == 0:
+        return []
+    if not whole_groups:
+        return list(rows.split(size))
+    starts = torch.ones(n, dtype=torch.bool)
+    starts[1:] = group[1:] != group[:-1]
+    start_row = torch.cummax(torch.where(starts, rows, 0), 0).values  # first row of each row's group
+    part = start_row // size
+    return [rows[part == k] for k in part.unique()]
+
+
 def _flat_grad(params) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
 
 
 class Updater:
-    """Owns the optimizers' inner loop; ``trainer`` supplies policy, critics, components and config."""
+    """The optimizer's inner loop over one batch: the policy's loss terms, the critics, the optimizer step
+    (``gradient_hook``: a learning-rate factor from K gradient estimates per step, e.g. OBLR-PO's SNR)."""
 
-    def __init__(self, trainer):
-        self.t = trainer
+    def __init__(self, policy, optimizer: torch.optim.Optimizer, terms: LossTerms, critics: Critics,
+                 settings: UpdateSettings, generator: torch.Generator, gradient_hook: OptimizerHook | None = None):
+        self.policy, self.optimizer, self.terms, self.critics = policy, optimizer, terms, critics
+        self.settings, self.generator, self.hook = settings, generator, gradient_hook
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
 
-    def run(self, batch) -> dict[str, float]:
-        t, r = self.t, self.t.recipe
-        policy_frozen = t.critic is not None and t.step_count < r.critic.warmup_steps
+    def skips_inert_rows(self, kl_coef: float, policy_frozen: bool) -> bool:
+        """Whether rows with all-zero advantages can leave the update without changing the gradient."""
+        return (self.settings.skip_zero_advantage_rows and self.terms.policy_loss.inert_at_zero_advantage
+                and kl_coef == 0 and not self.terms.entropy_coef and not self.critics and self.hook is None
+                and not policy_frozen)
+
+    def run(self, batch, kl_coef: float = 0.0, policy_frozen: bool = False) -> dict[str, float]:
+        s = self.settings
         sums: dict[str, float] = {}
         weight_total = 0.0
         grad_norms, lr_factors = [], []
-        hook = t.components.get("optimizer_hook")
-        skip_inert = (r.train.skip_zero_advantage_rows and t.policy_loss.inert_at_zero_advantage
-                      and t.kl_coef == 0 and not r.entropy_coef
-                      and not t.critic_optimizers and hook is None and not policy_frozen)
-        t.policy.train()
-        for _ in range(r.train.epochs):
-            for rows in group_minibatches(batch.group, r.train.minibatches, t.shuffle_generator):
+        skip_inert = self.skips_inert_rows(kl_coef, policy_frozen)
+        self.policy.train()
+        for _ in range(s.epochs):
+            for rows in group_minibatches(batch.group, s.minibatches, self.generator):
                 minibatch = batch.select(rows)
-                counts = StepCounts.from_mask(minibatch.response_mask, t.max_new_tokens)
+                counts = StepCounts.from_mask(minibatch.response_mask, s.max_new_tokens)
                 if skip_inert:  # rows with all-zero advantages add nothing to the gradient
                     minibatch = minibatch.select((minibatch.advantages != 0).any(-1))
                     if minibatch.batch_size == 0:
-                        for p in t.params:  # the same optimizer step as a backward of zeros
+                        for p in self.params:  # the same optimizer step as a backward of zeros
                             p.grad = torch.zeros_like(p)
-                slices = _micro_slices(minibatch.batch_size, r.train.micro_batch_size, hook.estimates if hook else 1)
+                parts = micro_batches(minibatch.group, s.micro_batch_size, self.hook.estimates if self.hook else 1,
+                                      s.whole_groups)
                 estimates, previous = [], None
-                for part in slices:
-                    micro_rows = torch.arange(minibatch.batch_size)[part]
-                    micro = minibatch if len(slices) == 1 else minibatch.select(micro_rows)
-                    stats = self.backward(micro, counts, len(rows), policy_frozen)
-                    if hook is not None and not policy_frozen:
-                        grad = _flat_grad(t.params)
-                        estimates.append((grad - (previous if previous is not None else 0)) * len(slices))
+                for micro_rows in parts:
+                    micro = minibatch if len(parts) == 1 else minibatch.select(micro_rows)
+                    stats = {} if policy_frozen else self.policy_backward(micro, counts, len(rows), kl_coef)
+                    stats.update(self.critics.backward(micro, counts, self.terms.aggregation))
+                    if self.hook is not None and not policy_frozen:
+                        grad = _flat_grad(self.params)
+                        estimates.append((grad - (previous if previous is not None else 0)) * len(parts))
                         previous = grad
                     w = float(micro.response_mask.sum())
                     weight_total += w
                     for k, v in stats.items():
                         sums[k] = sums.get(k, 0.0) + w * v
                 if not policy_frozen:
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(t.params, r.optim.grad_clip or math.inf)))
-                    factor = hook.lr_factor(torch.stack(estimates)) if hook is not None and len(estimates) > 1 else 1.0
+                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip or math.inf)))
+                    factor = self.hook.lr_factor(torch.stack(estimates)) if self.hook and len(estimates) > 1 else 1.0
                     lr_factors.append(factor)
-                    base = [g["lr"] for g in t.optimizer.param_groups]
-                    for g in t.optimizer.param_groups:
-                        g["lr"] *= factor
-                    t.optimizer.step()
-                    for g, lr in zip(t.optimizer.param_groups, base):
-                        g["lr"] = lr
-                t.optimizer.zero_grad(set_to_none=True)
-                for critic, optimizer in t.critics():
-                    torch.nn.utils.clip_grad_norm_(critic.parameters(), r.optim.grad_clip or math.inf)
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-        t.policy.eval()
+                    self.optimizer_step(factor)
+                self.optimizer.zero_grad(set_to_none=True)
+                self.critics.step()
+        self.policy.eval()
         out = {k: v / max(weight_total, 1e-9) for k, v in sums.items()}
         if grad_norms:
             out["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
-        if hook is not None and lr_factors:
+        if self.hook is not None and lr_factors:
             out["optim/lr_factor"] = sum(lr_factors) / len(lr_factors)
         return out
 
-    def backward(self, micro, counts: StepCounts, minibatch_rows: int, policy_frozen: bool) -> dict[str, float]:
-        t, r = self.t, self.t.recipe
+    def optimizer_step(self, lr_factor: float) -> None:
+        """One optimizer step at ``lr_factor`` × the scheduled learning rate."""
+        base = [g["lr"] for g in self.optimizer.param_groups]
+        for g in self.optimizer.param_groups:
+            g["lr"] *= lr_factor
+        self.optimizer.step()
+        for g, lr in zip(self.optimizer.param_groups, base):
+            g["lr"] = lr
+
+    def policy_backward(self, micro, counts: StepCounts, minibatch_rows: int, kl_coef: float) -> dict[str, float]:
+        """Backward of the policy's loss terms on one micro-batch; returns its diagnostics."""
+        s, t = self.settings, self.terms
         mask = micro.mask
         n = mask.sum().clamp_min(1)
         stats: dict[str, float] = {}
-        if not policy_frozen:
-            fw = t.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids,
-                                       micro.response_mask, temperature=r.rollout.temperature,
-                                       return_entropy=True if r.entropy_coef else "metric",
-                                       allow=micro.extras.get("allow"))
-            logp, entropy = fw["logp"], fw["entropy"]
-            out = t.policy_loss(logp, micro)
-            if out.loss is not None:
-                loss = out.loss * (micro.batch_size / minibatch_rows)
-            else:
-                loss = t.aggregation(out.token_loss, mask, counts)
-            if t.kl_coef > 0:
-                kl = t.divergence(logp, micro.ref_logp)
-                loss = loss + t.kl_coef * t.aggregation(kl, mask, counts)
-                stats["policy/kl_ref"] = float((kl.detach() * mask).sum() / n)
-            if r.entropy_coef:
-                loss = loss - r.entropy_coef * t.aggregation(entropy, mask, counts)
-            loss.backward()
-            log_ratio = (logp.detach() - micro.old_logp) * mask
-            ratio = log_ratio.clamp(-20, 20).exp() * mask
-            stats["policy/kl_old"] = float(-log_ratio.sum() / n)
-            stats["policy/ratio_ess"] = float(ratio.sum() ** 2 / ((ratio**2).sum() * n).clamp_min(1e-12))
-            stats["policy/entropy"] = float((entropy.detach() * mask).sum() / n)
-            stats["loss/policy"] = float(loss.detach())
-            stats.update({f"policy/{k}": float(v) for k, v in out.metrics.items()})
-        for name, critic, prompt_ids, prompt_mask, old in t.critic_inputs(micro):
-            values = critic(prompt_ids, prompt_mask, micro.response_ids, micro.response_mask)
-            vloss = t.aggregation(clipped_value_loss(values, old, micro.returns, r.critic.value_clip), mask, counts)
-            vloss.backward()
-            stats[f"loss/{name}"] = float(vloss.detach())
+        fw = self.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
+                                      temperature=s.temperature, return_entropy=True if t.entropy_coef else "metric")
+        logp, entropy = fw["logp"], fw["entropy"]
+        out = t.policy_loss(logp, micro)
+        if out.loss is not None:
+            loss = out.loss * (micro.batch_size / minibatch_rows)
+        else:
+            loss = t.aggregation(out.token_loss, mask, counts)
+        if kl_coef > 0:
+            kl = t.divergence(logp, micro.ref_logp)
+            loss = loss + kl_coef * t.aggregation(kl, mask, counts)
+            stats["policy/kl_ref"] = float((kl.detach() * mask).sum() / n)
+        if t.entropy_coef:
+            loss = loss - t.entropy_coef * t.aggregation(entropy, mask, counts)
+        loss.backward()
+        log_ratio = (logp.detach() - micro.old_logp) * mask
+        ratio = log_ratio.clamp(-20, 20).exp() * mask
+        stats["policy/kl_old"] = float(-log_ratio.sum() / n)
+        stats["policy/ratio_ess"] = float(ratio.sum() ** 2 / ((ratio**2).sum() * n).clamp_min(1e-12))
+        stats["policy/entropy"] = float((entropy.detach() * mask).sum() / n)
+        stats["loss/policy"] = float(loss.detach())
+        stats.update({f"policy/{k}": float(v) for k, v in out.metrics.items()})
         return stats

@@ -1,4 +1,4 @@
-"""Shared test helpers: batches from lists, float comparisons at the spec tolerance."""
+"""Shared test helpers: batches from lists, float comparisons at a 1e-4 tolerance."""
 import torch
 
 from polo.core.batch import RolloutBatch
@@ -25,3 +25,17 @@ def build_batch(rewards, group=None, mask=None, **fields) -> RolloutBatch:
 
 def close(actual, expected, atol=1e-4):
     torch.testing.assert_close(actual, torch.as_tensor(expected, dtype=actual.dtype), atol=atol, rtol=0)
+
+
+def seq_adv(estimator, rewards, group=None, **extras):
+    """The per-sample advantage of a sequence-level estimator on one-token rows (extras as float64)."""
+    batch = build_batch(rewards, group)
+    batch.extras.update({k: torch.as_tensor(v, dtype=torch.float64) for k, v in extras.items()})
+    return estimator(batch).advantages[:, 0]
+
+
+def length_batch(rewards, lengths, group=None, width=None):
+    """One row per sample with ``lengths[i]`` valid tokens (right-padded to ``width``)."""
+    width = width or max(lengths)
+    mask = (torch.arange(width)[None] < torch.tensor(lengths)[:, None]).long()
+    return build_batch(rewards, group, mask=mask)

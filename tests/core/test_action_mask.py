@@ -1,4 +1,4 @@
-"""NLPO action mask (single_turn_rewards_guidance_preference.md §16 worked example)."""
+"""NLPO action mask: worked example of the top-p nucleus and the renormalized policy."""
 import math
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from polo.core.action_mask import masked_log_softmax, top_p_allow
 
 
-def test_spec_example_allow_and_renormalized_policy():
+def test_worked_example_allow_and_renormalized_policy():
     psi = torch.tensor([0.5, 0.25, 0.15, 0.06, 0.03, 0.01], dtype=torch.float64)
     allow = top_p_allow(psi.log(), 0.85)
     assert allow.tolist() == [True, True, True, False, False, False]

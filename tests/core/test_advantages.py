@@ -16,13 +16,13 @@ def seq_adv(estimator, rewards, group=None):
 @pytest.mark.parametrize(
     "estimator, expected",
     [
-        (GRPO(), [1.5, -0.5, -0.5, -0.5]),  # §2
-        (DrGRPO(), [0.75, -0.25, -0.25, -0.25]),  # §3
+        (GRPO(), [1.5, -0.5, -0.5, -0.5]),
+        (DrGRPO(), [0.75, -0.25, -0.25, -0.25]),
         (GRPO(scale_by_std=False), [0.75, -0.25, -0.25, -0.25]),
-        (RLOO(), [1.0, -1 / 3, -1 / 3, -1 / 3]),  # §7
+        (RLOO(), [1.0, -1 / 3, -1 / 3, -1 / 3]),
     ],
 )
-def test_group_estimators_spec_examples(estimator, expected):
+def test_group_estimators_worked_examples(estimator, expected):
     close(seq_adv(estimator, [1.0, 0.0, 0.0, 0.0]), expected)
 
 
@@ -56,10 +56,10 @@ def test_sequence_advantage_broadcast_and_zero_on_mask(name):
     assert (adv[0] == adv[0, 0]).all() and (adv[2, :2] == adv[2, 0]).all()
 
 
-# ---------------------------------------------------------------- GAE (§1)
+# ---------------------------------------------------------------- GAE
 
 
-def test_gae_spec_1_example():
+def test_gae_worked_example():
     batch = build_batch([1.0], mask=[[1, 1, 1, 1]], values=[[0.5, 0.6, 0.7, 0.8]])
     raw = GAE(lam=0.95, whiten=False)(batch)
     close(raw.advantages, [[0.4567, 0.3755, 0.2900, 0.2000]])
@@ -102,9 +102,9 @@ def test_gae_function_is_discounted_sum_without_values():
     close(gae(tok_r, torch.zeros_like(tok_r), torch.ones_like(tok_r), 0.5, 1.0), [[2.75, 3.5, 3.0]])
 
 
-# ---------------------------------------------------------- REINFORCE++ (§8)
+# ---------------------------------------------------------- REINFORCE++
 
-SPEC8 = dict(
+RPP_EXAMPLE = dict(
     rewards=[1.0, 0.0],
     mask=[[1, 1, 1], [1, 1, 0]],
     old_logp=[[-0.5, -1.0, -0.2], [-0.3, -0.8, 0.0]],
@@ -119,20 +119,29 @@ SPEC8 = dict(
         (True, [[0.7297, 0.7315, 0.7297], [-1.0973, -1.0936, 0.0]]),
     ],
 )
-def test_reinforce_pp_spec_8_example(unbiased, expected):
-    batch = build_batch(group=[0, 1], **SPEC8)
+def test_reinforce_pp_worked_example(unbiased, expected):
+    batch = build_batch(group=[0, 1], **RPP_EXAMPLE)
     out = ReinforcePP(unbiased_var=unbiased)(batch)
     close(out.advantages, expected)
     assert out.returns is None
 
 
+def test_reinforce_pp_population_variance_is_floored_not_shifted():
+    # one token per row, no KL: G = R = [0, 1e-4], μ = 5e-5, population σ² = 2.5e-9 < 1e-8
+    batch = build_batch([0.0, 1e-4], group=[0, 1])
+    close(ReinforcePP(kl_coef=0, unbiased_var=False)(batch).advantages[:, 0], [-0.5, 0.5])  # OpenRLHF: max(σ², 1e-8)
+    close(ReinforcePP(kl_coef=0)(batch).advantages[:, 0], [-0.4082, 0.4082])  # verl: sqrt(2σ² + 1e-8)
+    same = build_batch([0.3, 0.3, 0.3], group=[0, 1, 2])  # zero variance: all advantages 0, finite
+    assert (ReinforcePP(kl_coef=0, unbiased_var=False)(same).advantages == 0).all()
+
+
 def test_reinforce_pp_baseline_subtracts_group_mean_first():
-    spec = dict(SPEC8, rewards=[3.0, 1.0, 7.0])
-    spec["mask"] = spec["mask"] + [[1, 0, 0]]
-    spec["old_logp"] = spec["old_logp"] + [[0.0] * 3]
-    spec["ref_logp"] = spec["ref_logp"] + [[0.0] * 3]
-    based = ReinforcePPBaseline()(build_batch(group=[4, 4, 9], **spec)).advantages
-    centered = ReinforcePP()(build_batch(group=[4, 4, 9], **dict(spec, rewards=[1.0, -1.0, 7.0]))).advantages
+    example = dict(RPP_EXAMPLE, rewards=[3.0, 1.0, 7.0])
+    example["mask"] = example["mask"] + [[1, 0, 0]]
+    example["old_logp"] = example["old_logp"] + [[0.0] * 3]
+    example["ref_logp"] = example["ref_logp"] + [[0.0] * 3]
+    based = ReinforcePPBaseline()(build_batch(group=[4, 4, 9], **example)).advantages
+    centered = ReinforcePP()(build_batch(group=[4, 4, 9], **dict(example, rewards=[1.0, -1.0, 7.0]))).advantages
     close(based, centered)
 
 

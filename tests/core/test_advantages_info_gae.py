@@ -15,7 +15,7 @@ def info_batch(entropy=H, values=V, mask=None, rewards=(1.0,)):
     return batch
 
 
-def test_spec_11_density_and_information_time_gae():
+def test_density_and_information_time_gae():
     close(information_density(torch.tensor(H, dtype=torch.float64), torch.ones(1, 4)), [[0.05, 1.0, 0.25, 0.5]])
     out = InfoGAE(gamma=0.9, whiten=False)(info_batch())
     close(out.advantages, [[0.4720, 0.3766, 0.5240, 0.4000]])

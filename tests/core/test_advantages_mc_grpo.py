@@ -9,12 +9,12 @@ from .helpers import build_batch, close
 @pytest.mark.parametrize(
     "rewards, expected, kept",
     [
-        ([1.0, 0.0, 0.0], [1000.0, 0.0, 0.0], [0, 1]),  # G = 2 (§13 e)
+        ([1.0, 0.0, 0.0], [1000.0, 0.0, 0.0], [0, 1]),  # G = 2
         ([0.9, 0.2, 0.5, 0.4, 0.7], [1.9900, -1.4925, 0.0, -0.4975, 0.9950], [0, 1, 3, 4]),
         ([1.0, 1.0, 0.0, 0.0, 1.0], [0.0, 0.0, -1000.0, -1000.0, 0.0], [1, 2, 3, 4]),
     ],
 )
-def test_spec_13_examples(rewards, expected, kept):
+def test_worked_examples(rewards, expected, kept):
     out = MCGRPO()(build_batch(rewards))
     close(out.advantages[:, 0], expected)
     assert out.keep.nonzero().squeeze(-1).tolist() == kept

@@ -11,8 +11,9 @@ from .helpers import close
 CONTEXT = StepContext(1, lambda b: torch.zeros(b.response_ids.shape), 1e-3)
 
 
-def poise_batch(rewards, group, hidden_response, d=1, Tp=3, T=4, lengths=None, entropy=None):
-    """hidden: prompt positions 0, response positions ``hidden_response[i]`` (scalar or [d])."""
+def poise_batch(rewards, group, hidden_response, d=1, Tp=3, T=4, lengths=None, entropy=None, reasoning=None):
+    """hidden: prompt positions 0, response positions ``hidden_response[i]`` (scalar or [d]); the reasoning
+    span is the whole response unless ``reasoning`` ([B,T]) is given."""
     B = len(rewards)
     lengths = lengths or [T] * B
     hidden = torch.zeros(B, Tp + T, d, dtype=torch.float64)
@@ -22,11 +23,12 @@ def poise_batch(rewards, group, hidden_response, d=1, Tp=3, T=4, lengths=None, e
         prompt_ids=torch.ones(B, Tp, dtype=torch.long), prompt_mask=torch.ones(B, Tp, dtype=torch.long),
         response_ids=torch.ones(B, T, dtype=torch.long), response_mask=mask, group=torch.tensor(group),
         rewards=torch.tensor(rewards, dtype=torch.float64),
-        extras={"hidden": hidden, "entropy_old": torch.ones(B, T) if entropy is None else torch.as_tensor(entropy)},
+        extras={"hidden": hidden, "entropy_old": torch.ones(B, T) if entropy is None else torch.as_tensor(entropy),
+                "reasoning_mask": mask.clone() if reasoning is None else torch.as_tensor(reasoning)},
     )
 
 
-def test_spec_20_cross_rollout_advantages():
+def test_cross_rollout_advantages():
     # rows: (prompt 0: y¹, y²), (prompt 1: y¹, y²); the probe reads the response-pooled hidden state
     est = POISEProbe()
     est._probe = {"mean": torch.zeros(5, dtype=torch.float64), "scale": torch.ones(5, dtype=torch.float64),
@@ -36,7 +38,7 @@ def test_spec_20_cross_rollout_advantages():
     close(est(batch).advantages[:, 0], [0.5200, -0.6200, -0.2200, -0.1500])
 
 
-def test_spec_20_probe_fit():
+def test_probe_fit():
     x = torch.tensor([[0.2, 1.0], [0.4, 0.5], [0.9, 0.1], [0.7, 0.3]], dtype=torch.float64)
     probe = fit_probe(x, torch.tensor([0.0, 0.0, 1.0, 1.0]), 0.01, [(0, 2, None)])
     close(probe["weight"], [0.8163, 0.3697])
@@ -60,7 +62,7 @@ def test_cold_start_is_rloo_with_two_samples_and_needs_pairs():
     assert pair_partner(torch.tensor([3, 8, 8, 3])).tolist() == [3, 2, 1, 0]
     with pytest.raises(ValueError, match="exactly 2 rollouts"):
         est(poise_batch([1.0, 0.0, 0.0], [0, 0, 0], [0.0] * 3))
-    assert est.needs() == {"hidden", "entropy_old"}
+    assert est.needs() == {"hidden", "entropy_old", "reasoning_mask"}
 
 
 def test_features_pool_last_tokens_and_entropy_stats():
@@ -72,6 +74,22 @@ def test_features_pool_last_tokens_and_entropy_stats():
     phi = est.features(batch)
     close(phi[0], [2.0, 3.0, 2.0, (2 / 3) ** 0.5, 2.5])  # prompt mean of last 2, response of last 2, entropy
     close(phi[1], [4.0, 0.0, 0.0, 0.0, 0.0])  # empty response: zeros, finite
+
+
+def test_features_pool_over_the_reasoning_span_only():
+    # response of 4 tokens, the answer marker at position 3: the reasoning span is positions 0..2
+    est = POISEProbe(pool_tokens=2)
+    entropy = [[1.0, 2.0, 3.0, 9.0, 7.0], [5.0] * 5]
+    reasoning = [[1, 1, 1, 0, 1], [0, 0, 0, 0, 0]]  # a 1 on padding is ignored; row 1 answers at once
+    batch = poise_batch([1.0, 0.0], [0, 0], [0.0, 0.0], T=5, lengths=[4, 2], entropy=entropy, reasoning=reasoning)
+    batch.extras["hidden"][0, 3:, 0] = torch.tensor([1.0, 2.0, 4.0, 8.0, 9.0])
+    phi = est.features(batch)
+    # hidden: mean of span positions 1, 2 = 3; entropy over the span [1, 2, 3]: mean 2, std sqrt(2/3), last-2 2.5
+    close(phi[0], [0.0, 3.0, 2.0, (2 / 3) ** 0.5, 2.5])
+    close(phi[1], [0.0, 0.0, 0.0, 0.0, 0.0])  # empty span: zeros, finite
+    whole = poise_batch([1.0, 0.0], [0, 0], [0.0, 0.0], T=5, lengths=[4, 2], entropy=entropy)
+    whole.extras["hidden"] = batch.extras["hidden"]
+    close(est.features(whole)[0], [0.0, 6.0, 3.75, 3.1125, 6.0])  # whole response: positions 2, 3 and all 4
 
 
 def test_after_update_buffers_pairs_refits_and_round_trips():

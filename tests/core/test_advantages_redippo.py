@@ -17,7 +17,7 @@ def critic_batch(rewards=(1.0, 0.0), v_ref=V_REF, v_std=V_STD, mask=None):
     return batch
 
 
-def test_spec_9_example():
+def test_worked_example():
     batch = critic_batch()
     close(ReDiPPO(reweight=False, whiten=False)(batch).advantages, [[0.4, 0.2, 0.1], [-0.4, -0.2, -0.1]])
     w = CriticDiscrepancy()(batch)

@@ -3,7 +3,7 @@ import torch
 
 from polo.core.advantages.spo import SPOTracker
 from polo.core.batch import RolloutBatch
-from polo.core.context import StepContext
+from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ADVANTAGES, ConfigError
 
 from .helpers import close
@@ -33,7 +33,7 @@ def tracker_with(alpha, beta, **kw):
     return est
 
 
-def test_spec_10_offline_init():
+def test_offline_init():
     est = SPOTracker()
     est.init_offline(torch.tensor([5]), torch.tensor([3]), 8)
     close(est._alpha[5], 3.1111)
@@ -41,7 +41,7 @@ def test_spec_10_offline_init():
     close(est.success_probability(torch.tensor([5, 0])), [0.3889, 0.5])  # unseen prompts: prior 0.5
 
 
-def test_spec_10_advantage_and_sampling_weights():
+def test_advantage_and_sampling_weights():
     est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5])
     batch = spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])
     close(est.success_probability(torch.arange(4)), [0.3750, 0.1250, 0.7500, 0.5000])
@@ -55,7 +55,7 @@ def test_spec_10_advantage_and_sampling_weights():
     close(w / w.sum(), [0.2742, 0.1955, 0.2480, 0.2824])
 
 
-def test_spec_10_kl_adaptive_forgetting():
+def test_kl_adaptive_forgetting():
     est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5])
     batch = spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])
     est.after_update(batch, StepContext(1, policy(), 1e-3))  # stores the responses and their log-probs
@@ -101,6 +101,63 @@ def test_duplicates_sum_their_evidence_and_state_round_trip():
     a, b = est.after_update(second, context), restored.after_update(second, context)
     assert a == b and torch.equal(est._alpha, restored._alpha)
     assert a["spo/policy_distance"] == pytest.approx(0.05)  # prompt 4 moved by 0.1, prompt 1 stored no token
+
+
+class FakeRollouts:
+    """``rollout(prompt_index, k)``: k rows per prompt (consecutive), the first ``wins[x]`` of prompt x correct."""
+
+    def __init__(self, wins):
+        self.wins, self.calls = wins, []
+
+    def __call__(self, prompt_index, samples):
+        self.calls.append((prompt_index.tolist(), samples))
+        index = prompt_index.repeat_interleave(samples)
+        rank = torch.arange(samples).repeat(len(prompt_index))
+        correct = (rank < torch.tensor([self.wins[int(x)] for x in index])).double()
+        return spo_batch(index.tolist(), correct.tolist())
+
+
+def test_before_training_estimates_the_prior_from_offline_samples():
+    # K = 8, N0 = 1/(1 − 0.875) = 8: s = 3 → α0 = 8·3.5/9, β0 = 8·5.5/9 (p̂ = 0.3889); s = 8 → p̂ = 8.5/9; s = 0
+    rollouts = FakeRollouts({5: 3, 2: 8, 9: 0})
+    est = SPOTracker(init_chunk=2)
+    metrics = est.before_training(TrainingContext(torch.tensor([5, 2, 9]), rollouts))
+    assert rollouts.calls == [([5, 2], 8), ([9], 8)]  # chunks of init_chunk prompts, init_samples each
+    close(est._alpha[[5, 2, 9]], [3.1111, 7.5556, 0.4444])
+    close(est._beta[[5, 2, 9]], [4.8889, 0.4444, 7.5556])
+    close(est.success_probability(torch.tensor([5, 2, 9, 0])), [0.3889, 0.9444, 0.0556, 0.5])
+    assert metrics["spo/init_prompts"] == 3 and metrics["spo/init_samples"] == 24
+    assert metrics["spo/init_accuracy"] == pytest.approx(11 / 24)
+    assert metrics["spo/init_p_hat_mean"] == pytest.approx((3.5 + 8.5 + 0.5) / 9 / 3)
+    restored = SPOTracker()
+    restored.load_state_dict(est.state_dict())  # the prior is checkpointed with the tracker
+    assert torch.equal(restored.success_probability(torch.tensor([5, 2, 9])),
+                       est.success_probability(torch.tensor([5, 2, 9])))
+
+
+def test_before_training_options():
+    rollouts = FakeRollouts({5: 3, 2: 8, 9: 0})
+    est = SPOTracker(init_prompts=2, init_samples=4)
+    est.before_training(TrainingContext(torch.tensor([5, 2, 9]), rollouts))
+    assert rollouts.calls == [([5, 2], 4)]  # the first init_prompts prompts, one chunk
+    close(est.success_probability(torch.tensor([5, 2, 9])), [3.5 / 5, 4.5 / 5, 0.5])  # K = 4; 9 keeps the prior
+    off = SPOTracker(offline_init=False)
+    assert off.before_training(TrainingContext(torch.tensor([5]), rollouts)) == {} and len(rollouts.calls) == 1
+    assert len(off._alpha) == 0
+    empty = SPOTracker()
+    assert empty.before_training(TrainingContext(torch.zeros(0, dtype=torch.long), rollouts)) == {
+        "spo/init_prompts": 0.0}
+
+
+def test_before_training_prompt_without_rows_keeps_its_prior():
+    def drop_prompt_7(prompt_index, samples):
+        keep = prompt_index[prompt_index != 7]
+        return FakeRollouts({3: 1})(keep, samples)
+
+    est = SPOTracker(init_samples=2)
+    est.before_training(TrainingContext(torch.tensor([3, 7]), drop_prompt_7))
+    close(est.success_probability(torch.tensor([3, 7])), [1.5 / 3, 0.5])
+    close(est._alpha[7], 0.5)
 
 
 def test_single_row_and_all_equal_batches_are_finite():

@@ -14,7 +14,7 @@ MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
     "name, expected",
     [("token_mean", 2.5), ("seq_mean_token_mean", 3.0), ("seq_mean_token_sum", 5.0), ("seq_mean_token_sum_norm", 1.25)],
 )
-def test_spec_0_3_example(name, expected):
+def test_worked_example(name, expected):
     close(AGGREGATIONS.build(name)(U, MASK, StepCounts.from_mask(MASK, max_length=4)), expected)
 
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -5,7 +7,9 @@ import polo.core.advantages  # noqa: F401  (registers)
 import polo.core.aggregation  # noqa: F401
 import polo.core.divergences  # noqa: F401
 import polo.core.losses  # noqa: F401
-from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOSSES, ConfigError
+from polo.core.registry import (
+    ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES, SHAPING, Component, ConfigError,
+)
 
 REGISTRIES = [ADVANTAGES, POLICY_LOSSES, DIVERGENCES, AGGREGATIONS]
 CORE = {
@@ -21,8 +25,29 @@ def test_core_components_registered_and_documented(registry):
     assert CORE[registry] <= set(registry.names())
     for name in CORE[registry]:
         cls = registry.get(name)
-        assert cls.spec.startswith("single_turn_core.md §") and cls.provenance == "CODE" and cls.__doc__
+        assert PAPER.match(cls.paper) and cls.provenance == "CODE" and cls.__doc__
         registry.build(name)  # defaults are valid
+
+
+PAPER = re.compile(r"^\S.* \((arXiv:\d{4}\.\d{4,5}|.*(arXiv id not found|no arXiv id).*)\)$")
+"""``Title (arXiv:XXXX.XXXXX)``, or a title with a parenthesis that says why there is no arXiv id."""
+ALL_REGISTRIES = [ADVANTAGES, POLICY_LOSSES, DIVERGENCES, AGGREGATIONS, SHAPING, CREDIT, OPTIMIZER_HOOKS]
+ALL = [(r, name) for r in ALL_REGISTRIES for name in r.names()]
+
+
+@pytest.mark.parametrize("registry, name", ALL, ids=[f"{r.kind}:{n}" for r, n in ALL])
+def test_components_cite_papers_not_spec_sections(registry, name):
+    cls = registry.get(name)
+    assert "spec" not in cls.__dict__ and not hasattr(Component, "spec")
+    assert cls.paper == "" or PAPER.match(cls.paper), cls.paper
+    assert "§" not in (cls.__doc__ or "") and ".md" not in (cls.__doc__ or "")
+
+
+def test_paper_citations_of_well_known_methods():
+    assert ADVANTAGES.get("grpo").paper.endswith("(arXiv:2402.03300)")
+    assert ADVANTAGES.get("gae").paper.endswith("(arXiv:1506.02438)")
+    assert POLICY_LOSSES.get("ppo_clip").paper == "Proximal Policy Optimization Algorithms (arXiv:1707.06347)"
+    assert ADVANTAGES.get("info_gae").paper == "Information-Time Proximal Policy Optimization (arXiv id not found)"
 
 
 def test_unknown_name_lists_valid_names():

@@ -12,7 +12,7 @@ REF = torch.tensor([-1.2, -0.4], dtype=torch.float64)
 @pytest.mark.parametrize(
     "name, expected", [("k1", [0.2, -0.1]), ("k2", [0.02, 0.005]), ("k3", [0.0187, 0.0052])]
 )
-def test_spec_0_2_example(name, expected):
+def test_worked_example(name, expected):
     close(DIVERGENCES.build(name)(LOGP, REF), expected)
 
 

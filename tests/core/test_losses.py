@@ -22,7 +22,7 @@ def run(loss, ratio, adv, logp=None, mask=None):
     return out.token_loss[0].detach(), out.metrics, logp.grad[0]
 
 
-def test_ppo_clip_spec_1_example_and_gradients():
+def test_ppo_clip_worked_example_and_gradients():
     u, metrics, grad = run(PPOClip(dual_clip=3.0), [0.9, 1.1, 1.3, 0.7], [1.0, -1.0, 1.0, -1.0])
     close(u, [-0.9, 1.1, -1.2, 0.8])
     close(u.mean(), -0.05)
@@ -36,7 +36,7 @@ def test_ppo_clip_spec_1_example_and_gradients():
 @pytest.mark.parametrize(
     "clip_high, expected", [(0.28, [-1.25, -1.28, 0.8, 0.85]), (0.2, [-1.2, -1.2, 0.8, 0.85])]
 )
-def test_ppo_clip_higher_spec_4_example(clip_high, expected):
+def test_ppo_clip_higher_worked_example(clip_high, expected):
     u, _, _ = run(PPOClip(clip_high=clip_high), [1.25, 1.35, 0.75, 0.85], [1.0, 1.0, -1.0, -1.0])
     close(u, expected)
 
@@ -55,7 +55,7 @@ def test_ppo_dual_clip_must_exceed_one():
         POLICY_LOSSES.build({"name": "ppo_clip", "dual_clip": 1.0})
 
 
-def test_gspo_spec_5_example():
+def test_gspo_worked_example():
     log_ratio = torch.tensor([0.1, -0.2, 0.05], dtype=torch.float64)
     u, metrics, grad = run(GSPO(), log_ratio.exp(), [1.0] * 3)
     close(u, [-0.9835] * 3)
@@ -73,7 +73,7 @@ def test_gspo_sequence_ratio_ignores_masked_tokens():
     assert grad[3] == 0
 
 
-def test_cispo_spec_6_example():
+def test_cispo_worked_example():
     u, metrics, grad = run(CISPO(), [0.5, 1.0, 6.0], [1.0] * 3, logp=[-2.0, -1.0, -0.5])
     close(u, [1.0, 1.0, 2.5])
     close(grad, [-0.5, -1.0, -5.0])
@@ -107,7 +107,7 @@ def test_extreme_log_ratios_stay_finite(name, dtype):
     assert all(torch.isfinite(v) and not v.requires_grad for v in out.metrics.values())
 
 
-def test_value_loss_spec_1_example():
+def test_value_loss_worked_example():
     loss = clipped_value_loss(torch.tensor([0.9, 0.2]), torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.2)
     close(loss, [0.045, 0.045])
     close(loss.mean(), 0.0450)

@@ -39,3 +39,14 @@ def test_kl_cov_penalizes_the_top_covariance_token():
     close(out.token_loss[0].detach(), [-3 * math.exp(0.1) + 0.1, 1.2, 0.8, 1.0])  # no clipping elsewhere
     close(logp.grad[0], [-3 * math.exp(0.1) + 1.0, 1.2, 0.8, 1.0])
     close(out.metrics["kl_cov_frac"], 0.25)
+
+
+def test_top_covariance_selection_depends_on_the_micro_batch():
+    # two rows of 4 tokens: k = max(⌊2e-4·N⌋, 1) = 1 token per loss call, and the covariance is centered on the
+    # call's own means, so splitting the minibatch into two micro-batches penalizes two tokens instead of one
+    logp, batch = ratio_batch([[1.0] * 4, [1.0] * 4], [ADV, [1.0, -1.0, 2.0, 0.0]],
+                              logp=[LOGP, [-1.0, -3.0, -0.2, -1.0]])
+    whole = KLCov()(logp, batch).metrics["kl_cov_frac"] * 8
+    halves = [KLCov()(logp[[i]], batch.select(torch.tensor([i]))).metrics["kl_cov_frac"] * 4 for i in (0, 1)]
+    close(whole, 1.0)
+    close(sum(halves), 2.0)

@@ -20,7 +20,7 @@ def run(loss, delta, adv, mask=None):
 
 @pytest.mark.parametrize("adv, expected", [(1.0, [-1.0513, -1.0733, -1.0101, -1.0618]),
                                            (-1.0, [1.0513, 1.0733, 1.0101, 1.0618])])
-def test_spec_17_example(adv, expected):
+def test_worked_example(adv, expected):
     out, grad = run(CTPOCumulative(), DELTA, adv)
     close(out.token_loss[0].detach(), expected)
     close(grad, [0.0, 0.0, -adv * 1.0101, -adv * 1.0618])  # tokens 1–2 clipped (A>0) / dual-clipped (A<0)

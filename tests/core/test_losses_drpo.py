@@ -18,7 +18,7 @@ def drpo_batch(scores, lengths, correct, group=None, width=1000, old_shift=0.0):
     return s, logp, batch
 
 
-def test_spec_16_example_value_and_score_gradients():
+def test_worked_example_value_and_score_gradients():
     s, logp, batch = drpo_batch([-0.5, -0.7, -0.9, -1.2], [100, 300, 200, 400], [1.0, 1.0, 0.0, 0.0])
     out = DRPO()(logp, batch)
     close(out.loss.detach(), 6.4064)  # −J
@@ -28,7 +28,7 @@ def test_spec_16_example_value_and_score_gradients():
     close((out.token_loss * batch.mask).sum(), 6.4064)
 
 
-def test_spec_16_trust_region_multiplier():
+def test_trust_region_multiplier():
     s, logp, batch = drpo_batch([-0.5, -0.7, -0.9, -1.2], [100, 300, 200, 400], [1.0, 1.0, 0.0, 0.0],
                                 old_shift=3e-4)
     out = DRPO()(logp, batch)
@@ -39,7 +39,7 @@ def test_spec_16_trust_region_multiplier():
     close(-s.grad, torch.tensor([0.8808, 0.1192, -0.5075, -0.4925]) + pull)
 
 
-def test_spec_16_positive_weights_are_never_negative():
+def test_positive_weights_are_never_negative():
     lengths = [100, 500, 950, 300, 600, 1000]
     s, logp, batch = drpo_batch([-1.0] * 6, lengths, [1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     DRPO()(logp, batch).loss.backward()
@@ -63,3 +63,19 @@ def test_k3_trust_region_and_validation():
     close(out.metrics["kl_old"], torch.tensor(-0.1).exp() - 1 + 0.1)
     with pytest.raises(ConfigError, match="kl_type"):
         POLICY_LOSSES.build({"name": "drpo", "kl_type": "k9"})
+
+
+def test_whole_groups_and_trust_region_multiplier_per_micro_batch():
+    assert DRPO.whole_groups and not POLICY_LOSSES.get("ppo_clip").whole_groups
+    # groups 0 and 1, each one correct and one wrong response of 10 tokens; group 0's behaviour log-probs are
+    # 3e-4 above the current ones (KL 3e-4), group 1's equal (KL 0)
+    s, logp, batch = drpo_batch([-0.5, -0.9, -0.5, -0.9], [10] * 4, [1.0, 0.0, 1.0, 0.0], group=[0, 0, 1, 1],
+                                width=10)
+    batch.old_logp = batch.old_logp + torch.tensor([3e-4, 3e-4, 0.0, 0.0], dtype=torch.float64)[:, None]
+    full = DRPO()(logp, batch).metrics
+    close(full["kl_old"], 1.5e-4)
+    close(full["trust_region_multiplier"], 0.05)  # β(KL − δ) = 1e3·(1.5e-4 − 1e-4)
+    per_micro_batch = []
+    for rows in (torch.tensor([0, 1]), torch.tensor([2, 3])):  # micro-batches cut on group boundaries
+        per_micro_batch.append(float(DRPO()(logp[rows], batch.select(rows)).metrics["trust_region_multiplier"]))
+    assert per_micro_batch == pytest.approx([0.2, 0.0])  # 1e3·(3e-4 − 1e-4), and KL 0 < δ

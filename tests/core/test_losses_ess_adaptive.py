@@ -9,7 +9,7 @@ LOGP = [[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]]
 OLD = torch.tensor([[-1.1, -0.5, -1.5], [-0.3, -1.0, -0.9]], dtype=torch.float64)
 
 
-def test_spec_18_example():
+def test_worked_example():
     logp, batch = ratio_batch((torch.tensor(LOGP, dtype=torch.float64) - OLD).exp(), [[1.0] * 3, [-1.0] * 3],
                               logp=LOGP)
     out = ESSAdaptive()(logp, batch)

@@ -9,15 +9,15 @@ from .zoo_helpers import ratio_batch, token_mean_backward
 CONTEXT = StepContext(step=1, policy_logp=lambda batch: batch.old_logp, lr=1e-3)
 
 
-def spec_example(loss):
+def worked_example(loss):
     logp, batch = ratio_batch([1.0, 1.3, 0.6, 2.0], [1.0, 1.0, -1.0, 2.0])
     out = loss(logp, batch)
     return out, batch, *token_mean_backward(out, logp, batch)
 
 
-def test_spec_14_example_loss_gradient_and_dual_step():
+def test_worked_example_loss_gradient_and_dual_step():
     loss = R2VPO()
-    out, batch, value, grad = spec_example(loss)
+    out, batch, value, grad = worked_example(loss)
     close(value, -1.39375)
     close(out.metrics["ratio_variance"], 0.3125)
     close(grad[0], [-0.2500, -0.3055, 0.1380, -0.9000])  # −(1/N)·r(Â − 2λ(r − 1))
@@ -43,14 +43,14 @@ def test_multiplier_stays_non_negative_and_fixed_without_dual_update():
     loss.after_update(batch, CONTEXT)
     assert loss.lam == 0.0
     fixed = R2VPO(lambda_init=0.04, dual_update=False)
-    spec_example(fixed)
+    worked_example(fixed)
     fixed.after_update(batch, CONTEXT)
     assert fixed.lam == 0.04
 
 
 def test_state_round_trip():
     loss = R2VPO()
-    spec_example(loss)
+    worked_example(loss)
     loss.after_update(None, CONTEXT)
     state = loss.state_dict()
     assert all(isinstance(v, (float, int, torch.Tensor)) for v in state.values())

@@ -8,7 +8,7 @@ CLEAN = torch.tensor([[1, 0, 2], [0.8, 0.2, 1.6], [1.2, -0.2, 2.2], [1, 0, 2.2]]
 NOISY = torch.tensor([[1, 0], [-1, 0.2], [0.8, -0.2], [-0.6, 0]], dtype=torch.float64)
 
 
-def test_spec_19_snr_examples():
+def test_snr_examples():
     signal, noise = gradient_snr(CLEAN)
     assert abs(noise - 0.1333 / 4) < 1e-4 and abs(signal - 4.9667) < 1e-4
     assert abs(1e-6 * SNRLearningRate().lr_factor(CLEAN) - 9.9333e-07) < 1e-10

@@ -39,12 +39,24 @@ def test_masked_mean_all_and_per_row_with_empty_row(dtype):
     close(masked_mean(x, mask, dim=-1), [1.5, 0.0])
 
 
-def test_masked_whiten_spec_1_example_and_variance_modes():
+def test_masked_whiten_worked_example_and_variance_modes():
     a = torch.tensor([[0.456725, 0.3755, 0.29, 0.2, 99.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 1, 1, 1, 0]])
     close(masked_whiten(a, mask)[:, :4], [[1.1418, 0.4067, -0.3670, -1.1815]])
     valid = a[0, :4]
     close(masked_whiten(a, mask, unbiased=False)[0, :4], (valid - valid.mean()) / valid.std(unbiased=False))
+
+
+def test_masked_whiten_variance_floor_replaces_the_added_eps():
+    # x = [0, 1e-4] (+ a masked entry): μ = 5e-5, population σ² = 2.5e-9
+    x = torch.tensor([[0.0, 1e-4, 7.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0]])
+    close(masked_whiten(x, mask, unbiased=False, var_floor=1e-8)[0, :2], [-0.5, 0.5])  # 5e-5 / sqrt(1e-8)
+    close(masked_whiten(x, mask, unbiased=False)[0, :2], [-0.4472, 0.4472])  # 5e-5 / sqrt(1.25e-8)
+    close(masked_whiten(x, mask)[0, :2], [-0.4082, 0.4082])  # unbiased: 5e-5 / sqrt(5e-9 + 1e-8)
+    y = torch.tensor([[1.0, 3.0]], dtype=torch.float64)  # σ² = 1 ≫ floor: the floor changes nothing
+    close(masked_whiten(y, torch.ones(1, 2), unbiased=False, var_floor=1e-8), [[-1.0, 1.0]])
+    assert (masked_whiten(torch.ones(1, 3), torch.ones(1, 3), unbiased=False, var_floor=1e-8) == 0).all()
 
 
 @pytest.mark.parametrize("mask", [[[1, 0, 0]], [[0, 0, 0]]])

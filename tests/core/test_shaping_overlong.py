@@ -11,7 +11,7 @@ def lengths_batch(lengths, width):
     return build_batch([0.0] * len(lengths), mask=mask)
 
 
-def test_spec_4_example():
+def test_worked_example():
     shaping = SHAPING.build({"name": "overlong", "max_length": 20480, "buffer": 4096, "factor": 1.0})
     penalty = shaping(lengths_batch([10000, 17000, 20480, 15000], 20480), max_new_tokens=99999)
     close(penalty, [0.0, -0.1504, -1.0, 0.0])

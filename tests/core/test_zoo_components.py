@@ -14,7 +14,7 @@ LOSSES = ["info_adaptive_clip", "r2vpo", "drpo", "ctpo_cumulative", "ess_adaptiv
           "gmpo", "gpg", "dro"]
 NEEDS = {
     (POLICY_LOSSES, "info_adaptive_clip"): {"old_logp", "entropy_old"},
-    (POLICY_LOSSES, "drpo"): {"old_logp"},
+    (POLICY_LOSSES, "drpo"): {"old_logp", "correct"},
     (POLICY_LOSSES, "gpg"): set(),
     (CREDIT, "rollout_is"): {"old_logp", "rollout_logp"},
     (CREDIT, "dgpo_hellinger"): {"old_dist", "ref_dist"},
@@ -22,8 +22,10 @@ NEEDS = {
     (DIVERGENCES, "hellinger"): {"ref_logp"},
     (SHAPING, "overlong"): set(),
 }
-SPEC = {"info_adaptive_clip": 11, "r2vpo": 14, "dgpo_hellinger": 15, "drpo": 16, "ctpo_cumulative": 17,
-        "ess_adaptive": 18, "overlong": 4}
+ARXIV = {"info_adaptive_clip": None, "r2vpo": "2601.03320", "dgpo_hellinger": "2605.03327", "drpo": "2510.04474",
+         "ctpo_cumulative": "2605.07331", "ess_adaptive": "2605.12380", "overlong": "2503.14476",
+         "sapo": "2511.20347", "clip_cov": "2505.22617", "kl_cov": "2505.22617", "gmpo": "2507.20673",
+         "gpg": "2504.02546", "dro": "2405.19107", "top_entropy_quantile": "2506.01939", "rollout_is": None}
 ALL = [(POLICY_LOSSES, n) for n in LOSSES] + [(CREDIT, n) for n in ("rollout_is", "dgpo_hellinger",
                                                                     "top_entropy_quantile")] + [(SHAPING, "overlong")]
 
@@ -32,7 +34,8 @@ ALL = [(POLICY_LOSSES, n) for n in LOSSES] + [(CREDIT, n) for n in ("rollout_is"
 def test_registered_documented_and_buildable(registry, name):
     cls = registry.get(name)
     assert cls.__doc__ and cls.provenance in {"CODE", "PAPER", "SECONDARY", "RECONSTRUCTED"}
-    assert cls.spec == (f"single_turn_core.md §{SPEC[name]}" if name in SPEC else "")
+    arxiv = ARXIV[name]
+    assert cls.paper.endswith(f"(arXiv:{arxiv})" if arxiv else "arXiv id not found)"), cls.paper
     component = registry.build(name)
     assert component.needs() == NEEDS.get((registry, name), {"old_logp"})
 

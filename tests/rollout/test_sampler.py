@@ -37,12 +37,15 @@ def run(policy, max_new_tokens=16, seed=0, **kwargs):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_logp_matches_forward_logp(policy, stops, temperature):
+def test_logp_matches_forward_logp(policy, stops, temperature, f32):
     ids, mask, out = run(policy, temperature=temperature)
     lengths = out.response_mask.sum(1)
     assert lengths.min() < out.response_ids.shape[1]  # some rows ended early
     logp = policy.forward_logp(ids, mask, out.response_ids, out.response_mask, temperature=temperature)["logp"]
-    torch.testing.assert_close(logp, out.logp, atol=1e-5, rtol=0)
+    # KV-cached decode steps vs one full forward: float32 agreement to a few ulps of max|logit / T| (≈ 11-16
+    # with these large weights) times √K, K = 64 (the MLP width): ≈ 1e-4 (measured up to 1.4e-5)
+    atol = f32.logp_atol(policy, ids, mask, out.response_ids, out.response_mask, temperature)
+    torch.testing.assert_close(logp, out.logp, atol=atol, rtol=0)
 
 
 def test_greedy_matches_transformers_generate(policy, stops):
@@ -108,4 +111,5 @@ def test_draw_matches_the_distribution_and_never_picks_excluded_tokens():
     z = probs.log().expand(20000, 4)
     draws = _draw(z, 1.0, 0, torch.Generator().manual_seed(0))
     freq = torch.bincount(draws, minlength=4).float() / len(draws)
-    assert freq[1] == 0 and torch.allclose(freq, probs, atol=0.015)
+    sigma = (probs * (1 - probs) / len(draws)).sqrt()  # binomial: ≤ 0.0035 for 20000 draws
+    assert freq[1] == 0 and ((freq - probs).abs() <= 4 * sigma).all()  # 4σ per token (measured ≤ 1σ)

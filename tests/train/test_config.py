@@ -1,4 +1,5 @@
 import pytest
+import yaml
 
 from polo.core.registry import ConfigError
 from polo.train.config import dump_recipe, load_recipe
@@ -45,8 +46,14 @@ def test_missing_recipe_lists_shipped():
         load_recipe("no_such_recipe")
 
 
-def test_dump_round_trips(tmp_path):
+def test_dump_round_trips_with_every_default_filled_in(tmp_path):
     r = load_recipe("ppo", ["seed=3"])
     path = tmp_path / "config.yaml"
     path.write_text(dump_recipe(r))
-    assert load_recipe(path) == r
+    assert dump_recipe(load_recipe(path)) == dump_recipe(r)
+    tree = yaml.safe_load(path.read_text())
+    assert tree["seed"] == 3 and tree["policy_loss"]["dual_clip"] == 3.0
+    assert "dual_clip" in yaml.safe_load(dump_recipe(load_recipe("grpo")))["policy_loss"]  # a default grpo leaves
+    assert tree["engine"] == {"name": "single_turn"} and tree["roles"]["critic"]["lr"] == 0.001
+    ngrpo = yaml.safe_load(dump_recipe(load_recipe("ngrpo")))
+    assert "eps" in ngrpo["advantage"] and ngrpo["prompt_sampler"]["name"] == "dynamic_sampling"

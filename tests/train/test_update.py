@@ -5,7 +5,7 @@ import torch
 from polo.core.batch import RolloutBatch
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer
-from polo.train.update import group_minibatches
+from polo.train.update import group_minibatches, micro_batches
 
 
 def make_trainer(tmp_path, tiny, name, *extra):
@@ -32,18 +32,19 @@ def scored_batch(trainer, zero_groups):
 @pytest.mark.parametrize("zero_groups", [[1, 3], [0, 1, 2, 3]])
 def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, zero_groups):
     skipping, full = make_trainer(tmp_path, tiny, "a"), make_trainer(tmp_path, tiny, "b")
-    assert all(torch.equal(a, b) for a, b in zip(skipping.params, full.params))
+    assert all(torch.equal(a, b) for a, b in zip(skipping.updater.params, full.updater.params))
     batch = scored_batch(skipping, zero_groups)
     seen = []
-    backward = skipping.updater.backward
-    skipping.updater.backward = lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a)
+    backward = skipping.updater.policy_backward
+    skipping.updater.policy_backward = lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a)
     skipping.updater.run(batch)
     assert sum(seen) == 16 - 4 * len(zero_groups)  # the zero-advantage groups never reached the model
-    full.recipe.train.skip_zero_advantage_rows = False
+    full.updater.settings.skip_zero_advantage_rows = False
     full.updater.run(batch)
-    moved = any(not torch.equal(p, q) for p, q in zip(skipping.params, make_trainer(tmp_path, tiny, "c").params))
+    fresh = make_trainer(tmp_path, tiny, "c").updater.params
+    moved = any(not torch.equal(p, q) for p, q in zip(skipping.updater.params, fresh))
     assert moved == (len(zero_groups) < 4)
-    for a, b in zip(skipping.params, full.params):
+    for a, b in zip(skipping.updater.params, full.updater.params):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     for a, b in zip(skipping.optimizer.state.values(), full.optimizer.state.values()):
         torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"], atol=1e-9, rtol=1e-4)
@@ -52,8 +53,9 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, zero
 def test_rows_are_not_skipped_when_another_term_needs_them(tmp_path, tiny, monkeypatch):
     trainer = make_trainer(tmp_path, tiny, "a", "entropy_coef=0.01")
     seen = []
-    backward = trainer.updater.backward
-    monkeypatch.setattr(trainer.updater, "backward", lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a))
+    backward = trainer.updater.policy_backward
+    monkeypatch.setattr(trainer.updater, "policy_backward",
+                        lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a))
     trainer.updater.run(scored_batch(trainer, [0, 1]))
     assert sum(seen) == 16
 
@@ -69,3 +71,13 @@ def test_group_minibatches_keep_groups_whole_and_cover_every_row_once(n):
     assert all(a.isdisjoint(b) for i, a in enumerate(seen) for b in seen[i + 1:])
     sizes = [len(s) for s in seen]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_micro_batches_cut_on_group_boundaries():
+    group = torch.tensor([0, 0, 0, 0, 5, 5, 5, 5, 2, 2, 2, 2])
+    assert [m.tolist() for m in micro_batches(group, 8, whole_groups=True)] == [list(range(8)), [8, 9, 10, 11]]
+    assert [len(m) for m in micro_batches(group, 3)] == [3, 3, 3, 3]  # plain slicing splits groups
+    uneven = torch.tensor([1, 1, 1, 4, 4, 7, 7, 7, 7])  # every group lands whole where it starts
+    parts = micro_batches(uneven, 4, whole_groups=True)
+    assert torch.equal(torch.cat(parts), torch.arange(9))
+    assert all(len(set(uneven[p].tolist()) & set(uneven[q].tolist())) == 0 for i, p in enumerate(parts) for q in parts[i + 1:])

@@ -3,7 +3,10 @@ from polo.core.advantages.base import AdvantageEstimator, AdvantageResult, Seque
 from polo.core.advantages.gae import GAE, gae
 from polo.core.advantages.group import GRPO, RLOO, DrGRPO
 from polo.core.advantages.reinforce_pp import ReinforcePP, ReinforcePPBaseline
-from polo.core.advantages import info_gae, mc_grpo, ngrpo, poise, redippo, spo, verl_baselines, weighted_baseline  # noqa: F401,E501  (registers)
+from polo.core.advantages import (  # noqa: F401  (registers)
+    gpg, grpo_passk, info_gae, mc_grpo, ngrpo, oblr_weighted_baseline, opo, optimal_token_baseline, poise, redippo,
+    remax, spo,
+)
 
 __all__ = [
     "GAE", "GRPO", "RLOO", "AdvantageEstimator", "AdvantageResult", "DrGRPO", "ReinforcePP",

@@ -1,9 +1,10 @@
-"""Advantage estimators: a rollout batch → token advantages ``[B,T]`` (spec §0.1)."""
+"""Advantage estimators: a rollout batch → token advantages ``[B,T]``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from pydantic import field_validator
+from pydantic import PrivateAttr, field_validator
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
@@ -20,6 +21,9 @@ class AdvantageResult:
 
 class AdvantageEstimator(Component):
     """Batch → ``AdvantageResult``; advantages are zero where ``response_mask == 0``."""
+
+    kl_in_reward: ClassVar[bool] = False
+    """True for estimators with a KL-in-reward penalty whose coefficient the trainer adapts."""
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         raise NotImplementedError
@@ -39,11 +43,18 @@ class SequenceAdvantage(AdvantageEstimator):
 
 class TokenRewardAdvantage(AdvantageEstimator):
     """Estimators on token rewards: R_i on the last valid token, minus ``kl_coef·kl(old_logp, ref_logp)`` on
-    every valid token (KL-in-reward, spec §1 and §8)."""
+    every valid token (the KL-in-reward penalty of RLHF with PPO, as in "Fine-Tuning Language Models from
+    Human Preferences", arXiv:1909.08593)."""
+
+    kl_in_reward: ClassVar[bool] = True
+    """The trainer passes the current (adaptive) coefficient as ``__call__(batch, kl_coef=...)``; ``kl_coef``
+    is its initial value."""
 
     kl_coef: float = 0.0
     kl_estimator: str = "k1"
     gamma: float = 1.0
+
+    _divergence = PrivateAttr(default=None)
 
     @field_validator("kl_estimator")
     @classmethod
@@ -51,14 +62,22 @@ class TokenRewardAdvantage(AdvantageEstimator):
         DIVERGENCES.get(name)
         return name
 
+    def model_post_init(self, context) -> None:
+        self._divergence = DIVERGENCES.build(self.kl_estimator)
+
+    def __call__(self, batch: RolloutBatch, kl_coef: float | None = None) -> AdvantageResult:
+        raise NotImplementedError
+
     def needs(self) -> set[str]:
         return set(self.requires) | ({"old_logp", "ref_logp"} if self.kl_coef > 0 else set())
 
-    def token_rewards(self, batch: RolloutBatch, reward: Tensor) -> Tensor:
+    def token_rewards(self, batch: RolloutBatch, reward: Tensor, kl_coef: float | None = None) -> Tensor:
+        """``R_i`` on the last valid token minus ``β·kl`` on every valid token, β = ``kl_coef`` if given (the
+        trainer's adaptive coefficient) else the configured one."""
         mask = batch.mask
         last = mask * (mask.cumsum(-1) == mask.sum(-1, keepdim=True))
         tok_r = reward[:, None] * last
-        if self.kl_coef > 0:
-            kl = DIVERGENCES.get(self.kl_estimator)()(batch.old_logp, batch.ref_logp)
-            tok_r = tok_r - self.kl_coef * kl * mask
+        beta = self.kl_coef if kl_coef is None else kl_coef
+        if beta > 0:
+            tok_r = tok_r - beta * self._divergence(batch.old_logp, batch.ref_logp) * mask
         return tok_r

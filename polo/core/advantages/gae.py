@@ -1,4 +1,4 @@
-"""Generalized Advantage Estimation with a critic (spec §1)."""
+"""Generalized Advantage Estimation with a critic."""
 from __future__ import annotations
 
 import torch
@@ -14,7 +14,7 @@ def gae(
     tok_r: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float, exponent: Tensor | None = None
 ) -> Tensor:
     """Backward over t: ``δ_t = r_t + γ^ρ_t·V_next − V_t``, ``A_t = δ_t + (γλ)^ρ_t·A_next``; V_next = A_next = 0
-    at the end. ``exponent`` ρ ``[B,T]`` is the per-token discount exponent (information time, §11); None: ρ = 1.
+    at the end. ``exponent`` ρ ``[B,T]``: per-token discount exponent (InfoPPO's information time); None: ρ = 1.
 
     Masked positions are skipped: V_next and A_next are carried over them, so a tool/observation
     token inside a row does not break the recursion. Returns A ``[B,T]``, zero where ``mask == 0``.
@@ -37,9 +37,13 @@ def gae(
 class GAE(TokenRewardAdvantage):
     """PPO advantages: GAE on token rewards (R_i on the last valid token, optional KL-in-reward
     ``−kl_coef·kl(old_logp, ref_logp)``); ``returns = A + values`` (unwhitened);
-    ``adv = masked_whiten(A, mask)`` over the batch when ``whiten``."""
+    ``adv = masked_whiten(A, mask)`` over the batch when ``whiten``.
 
-    spec = "single_turn_core.md §1"
+    GAE(γ, λ) is the exponentially weighted average of the k-step advantage estimates: λ = 1 gives the
+    Monte-Carlo return minus V (unbiased, high variance), λ = 0 the one-step TD error.
+    """
+
+    paper = "High-Dimensional Continuous Control Using Generalized Advantage Estimation (arXiv:1506.02438)"
     provenance = "CODE"
     requires = frozenset({"values"})
 
@@ -50,9 +54,9 @@ class GAE(TokenRewardAdvantage):
         """Per-token discount exponent ρ ``[B,T]`` for ``gae`` (None: token time)."""
         return None
 
-    def __call__(self, batch: RolloutBatch) -> AdvantageResult:
+    def __call__(self, batch: RolloutBatch, kl_coef: float | None = None) -> AdvantageResult:
         mask = batch.mask
-        tok_r = self.token_rewards(batch, batch.scalar_reward().to(mask))
+        tok_r = self.token_rewards(batch, batch.scalar_reward().to(mask), kl_coef)
         adv = gae(tok_r, batch.values, mask, self.gamma, self.lam, self.discount_exponent(batch))
         returns = (adv + batch.values) * mask
         if self.whiten:

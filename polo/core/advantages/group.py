@@ -1,4 +1,4 @@
-"""Group-relative sequence advantages: GRPO (§2), Dr.GRPO (§3), RLOO (§7)."""
+"""Group-relative sequence advantages: GRPO, Dr.GRPO, RLOO."""
 from __future__ import annotations
 
 from torch import Tensor
@@ -10,9 +10,13 @@ from polo.core.segment import group_stats
 
 @ADVANTAGES.register("grpo")
 class GRPO(SequenceAdvantage):
-    """``A_i = (R_i − mean_g R) / (std_g R + eps)`` (unbiased std); ``R_i − mean_g R`` if not ``scale_by_std``."""
+    """``A_i = (R_i − mean_g R) / (std_g R + eps)`` (unbiased std); ``R_i − mean_g R`` if not ``scale_by_std``.
 
-    spec = "single_turn_core.md §2"
+    The G samples of a prompt are their own baseline: no critic, one z-score per group.
+    """
+
+    paper = ("DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
+             "(arXiv:2402.03300)")
     provenance = "CODE"
 
     scale_by_std: bool = True
@@ -25,9 +29,10 @@ class GRPO(SequenceAdvantage):
 
 @ADVANTAGES.register("dr_grpo")
 class DrGRPO(SequenceAdvantage):
-    """``A_i = R_i − mean_g R`` (no std scaling)."""
+    """``A_i = R_i − mean_g R`` (no std scaling): dividing by the group's std up-weights prompts that are nearly
+    always solved or nearly always failed, a difficulty bias that Dr.GRPO removes."""
 
-    spec = "single_turn_core.md §3"
+    paper = "Understanding R1-Zero-Like Training: A Critical Perspective (arXiv:2503.20783)"
     provenance = "CODE"
 
     def sequence_advantage(self, reward: Tensor, group: Tensor) -> Tensor:
@@ -36,9 +41,13 @@ class DrGRPO(SequenceAdvantage):
 
 @ADVANTAGES.register("rloo")
 class RLOO(SequenceAdvantage):
-    """Leave-one-out baseline: ``A_i = R_i − mean_{j≠i} R_j = G/(G−1)·(R_i − mean_g R)``; G = 1 → A = R."""
+    """Leave-one-out baseline: ``A_i = R_i − mean_{j≠i} R_j = G/(G−1)·(R_i − mean_g R)``; G = 1 → A = R.
 
-    spec = "single_turn_core.md §7"
+    The baseline of each sample does not depend on the sample itself, so the estimator stays unbiased.
+    """
+
+    paper = ("Back to Basics: Revisiting REINFORCE Style Optimization for Learning from Human Feedback in LLMs "
+             "(arXiv:2402.14740)")
     provenance = "CODE"
 
     def sequence_advantage(self, reward: Tensor, group: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""InfoPPO's information-time GAE (spec §11): discount and trace decay per unit of policy entropy."""
+"""InfoPPO's information-time GAE: discount and trace decay per unit of policy entropy."""
 from __future__ import annotations
 
 import torch
@@ -26,11 +26,12 @@ class InfoGAE(GAE):
     ``returns = A + V`` (critic target); ``adv = masked_whiten(A)`` when ``whiten``.
 
     A nearly certain token (ρ ≈ 0) advances the clock by almost nothing, so γ < 1 shortens the horizon
-    without washing a terminal reward out over boilerplate tokens. RECONSTRUCTED FROM ABSTRACT (spec §11):
-    γ, λ and the density definition are our reading; defaults γ = 0.999, λ = 1.
+    without washing a terminal reward out over boilerplate tokens. RECONSTRUCTED FROM ABSTRACT: the abstract
+    measures time by information density; entropy as that density, its batch-max normalization and the
+    defaults γ = 0.999, λ = 1 are our reading.
     """
 
-    spec = "single_turn_core.md §11"
+    paper = "Information-Time Proximal Policy Optimization (arXiv id not found)"
     provenance = "RECONSTRUCTED"
     requires = frozenset({"values", "entropy_old"})
 

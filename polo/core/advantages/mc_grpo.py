@@ -1,4 +1,4 @@
-"""MC-GRPO: median baseline, MAD scale, the median rollout left out of the loss (spec §13)."""
+"""MC-GRPO: median baseline, MAD scale, the median rollout left out of the loss."""
 from __future__ import annotations
 
 from typing import Literal
@@ -18,11 +18,15 @@ class MCGRPO(AdvantageEstimator):
     median ``m = R_{k*}``, ``MAD = lower_median(|R_g − m|)``,
     ``A_j = (R_j − m)/(MAD + eps)`` (``scale: mad``) or ``R_j − m`` (``scale: none``).
     ``keep`` drops the pivot, so G samples per group enter the loss. A singleton group keeps ``A = R``
-    and its sample (spec §0.1 convention). With binary rewards MAD is usually 0, so |A| = 1/eps (reference
-    behaviour; Adam and gradient clipping make the step nearly scale-free).
+    and its sample (as in every group estimator here). With binary rewards MAD is usually 0, so |A| = 1/eps
+    (the reference code's behaviour; Adam and gradient clipping make the step nearly scale-free).
+
+    The median is robust to one outlying reward, so with few samples per prompt fewer advantages flip sign
+    than with the mean; sampling G+1 and dropping the pivot (whose A is 0) keeps G samples in the loss.
     """
 
-    spec = "single_turn_core.md §13"
+    paper = ("MC-GRPO: Median-Centered Group Relative Policy Optimization for Small-Rollout Reinforcement "
+             "Learning (arXiv:2601.22582)")
     provenance = "CODE"
 
     scale: Literal["mad", "none"] = "mad"

@@ -1,4 +1,4 @@
-"""POISE: a linear probe on the policy's own hidden states as a cross-rollout baseline (spec §20)."""
+"""POISE: a linear probe on the policy's own hidden states as a cross-rollout baseline."""
 from __future__ import annotations
 
 from typing import Any
@@ -38,22 +38,27 @@ def last_tokens(mask: Tensor, k: int) -> Tensor:
 
 @ADVANTAGES.register("poise_probe")
 class POISEProbe(AdvantageEstimator):
-    """Two rollouts y¹, y² per prompt; features ``φ = [mean_{last k prompt tokens} h ; mean_{last k response
-    tokens} h ; u]`` with h = ``extras["hidden"]`` (layer ``hidden_layer``) and u = (mean, population std of
-    ``entropy_old`` over the response, mean over its last k tokens); the response is the reasoning span
-    (no answer-marker split in core).
+    """Two rollouts y¹, y² per prompt; features
+    ``φ = [mean_{last k prompt tokens} h ; mean_{last k reasoning tokens} h ; u]`` with h = ``extras["hidden"]``
+    (layer ``hidden_layer``) and u = (mean and population std of ``entropy_old`` over the reasoning span, mean
+    over its last k tokens), k = ``pool_tokens``. The reasoning span is ``extras["reasoning_mask"]`` ``[B,T]``:
+    the response tokens before the task's answer marker (all response tokens when the task has none), so the
+    features describe the reasoning, not the answer that the reward scores.
 
     Probe g: standard scaler → PCA (``pca_prompt`` / ``pca_response`` dims per block, None: off) → ridge
     (α = ``ridge_alpha``, unpenalized intercept), predictions clipped to [0, 1].
-    Baselines: ``b¹ = g(φ²)``, ``b² = g(φ¹)``; ``A^i = R^i − b^i`` (no normalization). Cold start (our choice):
-    ``b^i = R^{j≠i}`` (RLOO, G = 2) until the probe is fitted on ≥ ``min_examples`` examples.
-    ``after_update`` appends ``(φ¹, R²), (φ², R¹)`` to a FIFO buffer of ``buffer_size`` and refits; the
-    step's advantages were fixed before. PAPER (spec §20): arXiv 2605.07579v2, Eqs. 11–14, Algorithm 1.
+    Baselines: ``b¹ = g(φ²)``, ``b² = g(φ¹)``; ``A^i = R^i − b^i`` (no normalization). Each rollout's baseline
+    comes from the other, independent rollout, so it does not depend on the rollout it is subtracted from and
+    the gradient stays unbiased. Cold start (our choice): ``b^i = R^{j≠i}`` (RLOO, G = 2) until the probe is
+    fitted on ≥ ``min_examples`` examples. ``after_update`` appends ``(φ¹, R²), (φ², R¹)`` to a FIFO buffer of
+    ``buffer_size`` and refits; the step's advantages were fixed before. PAPER: read from the full text
+    (its value-probe equations and training algorithm).
     """
 
-    spec = "single_turn_core.md §20"
+    paper = ("Your Language Model is Its Own Critic: Reinforcement Learning with Value Estimation from Actor's "
+             "Internal States (arXiv:2605.07579)")
     provenance = "PAPER"
-    requires = frozenset({"hidden", "entropy_old"})
+    requires = frozenset({"hidden", "entropy_old", "reasoning_mask"})
 
     hidden_layer: int = -1
     pool_tokens: int = Field(default=10, gt=0)
@@ -68,19 +73,19 @@ class POISEProbe(AdvantageEstimator):
     _probe: dict[str, Tensor] | None = PrivateAttr(default=None)
 
     def features(self, batch: RolloutBatch) -> Tensor:
-        """``φ`` ``[B, 2d + 3]`` (float32)."""
+        """``φ`` ``[B, 2d + 3]`` (float32); response statistics over the reasoning span only."""
         hidden = batch.extras["hidden"].float()
         tp = batch.prompt_mask.shape[1]
         prompt_last = last_tokens(batch.prompt_mask.float(), self.pool_tokens)
-        mask = batch.response_mask.float()
-        response_last = last_tokens(mask, self.pool_tokens)
+        span = batch.response_mask.float() * batch.extras["reasoning_mask"].float()
+        span_last = last_tokens(span, self.pool_tokens)
         entropy = batch.extras["entropy_old"].float()
-        ent_mean = masked_mean(entropy, mask, dim=-1)
-        ent_std = masked_mean((entropy - ent_mean[:, None]) ** 2, mask, dim=-1).sqrt()
+        ent_mean = masked_mean(entropy, span, dim=-1)
+        ent_std = masked_mean((entropy - ent_mean[:, None]) ** 2, span, dim=-1).sqrt()
         return torch.cat([
             masked_mean(hidden[:, :tp], prompt_last[..., None], dim=1),
-            masked_mean(hidden[:, tp:], response_last[..., None], dim=1),
-            torch.stack([ent_mean, ent_std, masked_mean(entropy, response_last, dim=-1)], -1),
+            masked_mean(hidden[:, tp:], span_last[..., None], dim=1),
+            torch.stack([ent_mean, ent_std, masked_mean(entropy, span_last, dim=-1)], -1),
         ], -1)
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:

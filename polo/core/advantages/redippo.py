@@ -1,4 +1,4 @@
-"""ReDiPPO: reference-guided critic baseline with discrepancy reweighting (spec §9)."""
+"""ReDiPPO: reference-guided critic baseline with discrepancy reweighting."""
 from __future__ import annotations
 
 from polo.core.advantages.base import AdvantageResult, TokenRewardAdvantage
@@ -18,11 +18,12 @@ class ReDiPPO(TokenRewardAdvantage, DiscrepancyWeighting):
     ``w = discrepancy_weights(v_ref, v_std)`` (``reweight``); ``Ã = masked_whiten(w·A_ref)`` (``whiten``,
     unbiased variance). ``returns = G·mask``: both critics regress the verifier reward G at every valid token.
 
-    SECONDARY (spec §9): from a full-text summary of arXiv 2607.27631 (eqs. 8–14); the whitening variance
-    convention and ε_e are not reported (ours: unbiased, 1e-6).
+    SECONDARY: read from a detailed third-party summary of the paper's method (its Eqs. 8–14); the whitening
+    variance convention and ε_e are not reported (ours: unbiased, 1e-6).
     """
 
-    spec = "single_turn_core.md §9"
+    paper = ("ReDiPPO: Reference-Guided Value Calibration and Discrepancy-Aware Token Reweighting for "
+             "Mathematical Reasoning (arXiv:2607.27631)")
     provenance = "SECONDARY"
     requires = frozenset({"values", "values_privileged"})
 
@@ -30,11 +31,11 @@ class ReDiPPO(TokenRewardAdvantage, DiscrepancyWeighting):
     reweight: bool = True
     whiten: bool = True
 
-    def __call__(self, batch: RolloutBatch) -> AdvantageResult:
+    def __call__(self, batch: RolloutBatch, kl_coef: float | None = None) -> AdvantageResult:
         mask = batch.mask
         reward = batch.scalar_reward().to(mask)
         v_ref = batch.extras["values_privileged"].to(mask)
-        adv = gae(self.token_rewards(batch, reward), v_ref, mask, self.gamma, self.lam)
+        adv = gae(self.token_rewards(batch, reward, kl_coef), v_ref, mask, self.gamma, self.lam)
         if self.reweight:
             adv = adv * self.discrepancy(batch)
         if self.whiten:

@@ -1,4 +1,4 @@
-"""SPO: one response per prompt, a persistent per-prompt Beta tracker as baseline (spec §10)."""
+"""SPO: one response per prompt, a persistent per-prompt Beta tracker as baseline."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -18,8 +18,14 @@ _STORED = ("prompt_ids", "response_ids", "response_mask", "logp")
 
 @ADVANTAGES.register("spo_tracker")
 class SPOTracker(AdvantageEstimator):
-    """Per prompt x (``extras["prompt_index"]``) a Beta(α_x, β_x) tracker, ``p̂_x = α_x/(α_x+β_x)``
-    (α0 = β0 = ``prior`` unless ``init_offline``).
+    """Per prompt x (``extras["prompt_index"]``) a Beta(α_x, β_x) tracker of its success probability,
+    ``p̂_x = α_x/(α_x+β_x)``; α0 = β0 = ``prior`` for a prompt the tracker has no evidence on.
+
+    ``before_training`` (unless ``offline_init: false``): before step 1 the current policy samples K = ``init_samples``
+    responses for each prompt of the training pool (the first ``init_prompts`` when set), ``init_chunk``
+    prompts per rollout call; with s_x successes (r summed over x's rows) ``init_offline`` sets
+    ``N0 = 1/(1 − ρ_min)``, ``α0 = N0(s + ½)/(K + 1)``, ``β0 = N0(K − s + ½)/(K + 1)``: the Laplace-smoothed
+    success rate with the weight of N0 observations, the effective memory of the tracker at ρ = ρ_min.
 
     Advantage (tracker before this step's update): ``A_i = r_i − p̂_{x_i}``, then over the batch
     ``Ã = (A − mean A)/(std A + eps)`` (unbiased std; ``normalize``); r = ``extras["correct"]`` (or the
@@ -32,9 +38,12 @@ class SPOTracker(AdvantageEstimator):
     that occurs twice; summing its rows is our choice and equal without duplicates.)
 
     ``sampling_weights``: ``w_x = sqrt(p̂_x(1 − p̂_x)) + eps_explore`` for the prioritized prompt sampler.
+
+    A persistent, policy-drift-aware value estimate replaces the per-group baseline, so one response per
+    prompt suffices and no group is ever degenerate.
     """
 
-    spec = "single_turn_core.md §10"
+    paper = "Single-stream Policy Optimization (arXiv:2509.13232)"
     provenance = "CODE"
 
     rho_min: float = Field(default=0.875, gt=0, lt=1)
@@ -46,10 +55,21 @@ class SPOTracker(AdvantageEstimator):
     normalize: bool = True
     eps: float = 1e-8
     reward: Literal["correct", "scalar"] = "correct"
+    offline_init: bool = True
+    """Estimate each pool prompt's prior from ``init_samples`` rollouts before training (``before_training``)."""
+    init_samples: int = Field(default=8, ge=1)
+    """K: responses per prompt in the offline estimate."""
+    init_prompts: int | None = Field(default=None, gt=0)
+    """Only the first ``init_prompts`` prompts of the pool (None: all of them)."""
+    init_chunk: int = Field(default=64, gt=0)
+    """Prompts per rollout call of the offline estimate (bounds its memory)."""
 
     _alpha: Tensor = PrivateAttr(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
     _beta: Tensor = PrivateAttr(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
     _last: dict[int, dict[str, Tensor]] = PrivateAttr(default_factory=dict)
+
+    def needs(self) -> set[str]:
+        return {"prompt_index"} | ({"correct"} if self.reward == "correct" else set())
 
     @model_validator(mode="after")
     def _rho_range(self):
@@ -85,6 +105,35 @@ class SPOTracker(AdvantageEstimator):
         n0 = 1 / (1 - self.rho_min)
         self._alpha[index] = n0 * (s + 0.5) / (k + 1)
         self._beta[index] = n0 * (k - s + 0.5) / (k + 1)
+
+    def before_training(self, context) -> dict[str, float]:
+        """Offline prior for the pool's prompts (see the class docstring); ``context`` is a
+        ``polo.core.context.TrainingContext``. Returns ``spo/init_*`` metrics."""
+        if not self.offline_init:
+            return {}
+        pool = context.pool_index.long().cpu()
+        if self.init_prompts is not None:
+            pool = pool[: self.init_prompts]
+        if pool.numel() == 0:
+            return {"spo/init_prompts": 0.0}
+        n = int(pool.max()) + 1
+        wins = torch.zeros(n, dtype=torch.float64)
+        visits = torch.zeros(n, dtype=torch.float64)
+        for chunk in pool.split(self.init_chunk):
+            batch = context.rollout(chunk, self.init_samples)
+            index = batch.extras["prompt_index"].long().cpu()
+            keep = index < n  # rows of prompts outside the pool are ignored (only pool entries are read)
+            r = self._rewards(batch)[keep]
+            wins += segment_sum(r, index[keep], n)
+            visits += segment_sum(torch.ones_like(r), index[keep], n)
+        seen = visits[pool] > 0  # a prompt the rollout returned no row for keeps its prior
+        self.init_offline(pool[seen], wins[pool][seen], visits[pool][seen])
+        return {
+            "spo/init_prompts": float(len(pool)),
+            "spo/init_samples": float(visits[pool].sum()),
+            "spo/init_accuracy": float(wins[pool].sum() / visits[pool].sum().clamp_min(1)),
+            "spo/init_p_hat_mean": float(self.success_probability(pool).mean()),
+        }
 
     def _rewards(self, batch: RolloutBatch) -> Tensor:
         if self.reward == "correct":

@@ -1,4 +1,4 @@
-"""ReDiPPO's discrepancy weights: up-weight tokens where the two critics disagree (spec §9)."""
+"""ReDiPPO's discrepancy weights: up-weight tokens where the two critics disagree."""
 from __future__ import annotations
 
 from pydantic import model_validator
@@ -44,9 +44,12 @@ class CriticDiscrepancy(TokenCredit, DiscrepancyWeighting):
     """Token credit ``w = discrepancy_weights(values_privileged, values)``, multiplied into any advantage.
     (The ``redippo`` advantage applies the same weights itself, before its whitening, as the paper does.)
 
-    SECONDARY (spec §9): from a full-text summary of arXiv 2607.27631; ε_e = 1e-6 is our default."""
+    A large gap between the critic that saw the reference answer and the one that did not marks a state the
+    standard critic misjudges, i.e. a hard reasoning step; its advantage is amplified. SECONDARY: read from a
+    detailed third-party summary of the paper's method; ε_e = 1e-6 is our default."""
 
-    spec = "single_turn_core.md §9"
+    paper = ("ReDiPPO: Reference-Guided Value Calibration and Discrepancy-Aware Token Reweighting for "
+             "Mathematical Reasoning (arXiv:2607.27631)")
     provenance = "SECONDARY"
     requires = frozenset({"values", "values_privileged"})
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from pydantic import Field
 from torch import Tensor
 
@@ -24,8 +23,12 @@ class RolloutIS(TokenCredit):
 
     Multiplying the advantage by w ≥ 0 equals weighting the clipped PPO token loss by w.
     verl rollout correction (``verl/trainer/ppo/rollout_corr_helper.py``: token / sequence truncate, mask
-    with lower bound 1/upper; Liu, Li et al. 2025, "When Speed Kills Stability").
+    with lower bound 1/upper). The inference engine and the trainer compute slightly different probabilities
+    for the same tokens, so even "on-policy" data is off-policy; importance weights correct for it.
     """
+
+    paper = ("When Speed Kills Stability: Demystifying RL Collapse from the Training-Inference Mismatch "
+             "(Liu, Li et al. 2025, a blog post; arXiv id not found)")
 
     provenance = "CODE"
     requires = frozenset({"old_logp", "rollout_logp"})

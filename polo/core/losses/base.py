@@ -1,4 +1,4 @@
-"""Policy losses: ``logp[B,T]`` (with grad) and the batch → per-token loss ``u[B,T]`` to minimize (spec §0.2)."""
+"""Policy losses: ``logp[B,T]`` (with grad) and the batch → per-token loss ``u[B,T]`` to minimize."""
 from __future__ import annotations
 
 from dataclasses import dataclass

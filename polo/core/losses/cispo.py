@@ -1,4 +1,4 @@
-"""CISPO: REINFORCE weighted by the clipped, detached importance ratio (spec §6)."""
+"""CISPO: REINFORCE weighted by the clipped, detached importance ratio."""
 from __future__ import annotations
 
 from pydantic import Field
@@ -13,10 +13,14 @@ from polo.core.segment import masked_mean
 @POLICY_LOSSES.register("cispo")
 class CISPO(PolicyLoss):
     """``u = −sg(w)·A·logp`` with ``w = min(r, eps_max)``, or ``w = clamp(r, 1−clip_low, 1+clip_high)`` when
-    ``two_sided``. Every token keeps a gradient: ∂u/∂logp = −w·A."""
+    ``two_sided``. Every token keeps a gradient: ∂u/∂logp = −w·A.
+
+    PPO's clip zeroes the gradient of tokens whose ratio left the trust region, often the rare reflective
+    tokens; clipping the (detached) importance weight instead bounds their step without dropping them.
+    """
 
     inert_at_zero_advantage = True
-    spec = "single_turn_core.md §6"
+    paper = "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention (arXiv:2506.13585)"
     provenance = "CODE"
 
     eps_max: float = Field(default=5.0, gt=0)

@@ -29,11 +29,18 @@ def _pick(keys: Tensor, candidates: Tensor, k: int) -> Tensor:
 class ClipCov(PolicyLoss):
     """PPO clip, plus: among the unclipped valid tokens with covariance
     ``cov_t = (A_t − Ā)(logp_t − sg(mean logp))`` in ``(cov_lb, cov_ub)``, a random
-    ``max(⌊clip_cov_ratio·N⌋, 1)`` get no gradient (their loss is multiplied by 0).
-    Cui et al. 2025 (The Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617); read from verl
+    ``max(⌊clip_cov_ratio·N⌋, 1)`` get no gradient (their loss is multiplied by 0); N = valid tokens.
+
+    Entropy falls fastest where a token's log-prob and its advantage covary most, so withholding the gradient
+    of a few such tokens slows entropy collapse. Read from verl
     ``verl/trainer/ppo/core_algos.py::compute_policy_loss_clip_cov`` (defaults 2e-4, 1, 5; clip 0.2).
+
+    The covariance is centered on the means over the valid tokens of the micro-batch the loss sees, and k
+    and the candidate band are taken among that micro-batch's tokens too: the same minibatch gives different
+    dropped tokens, hence a different gradient, for a different ``train.micro_batch_size``.
     """
 
+    paper = "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models (arXiv:2505.22617)"
     provenance = "CODE"
 
     clip_low: float = Field(default=0.2, ge=0)
@@ -58,11 +65,18 @@ class ClipCov(PolicyLoss):
 @POLICY_LOSSES.register("kl_cov")
 class KLCov(PolicyLoss):
     """Unclipped ``u_t = −A_t·r_t``, plus ``kl_coef·|logp_t − old_logp_t|`` on the
-    ``max(⌊kl_cov_ratio·N⌋, 1)`` valid tokens of largest covariance ``(A_t − Ā)(logp_t − mean logp)``.
-    Cui et al. 2025 (arXiv 2505.22617); read from verl
-    ``verl/trainer/ppo/core_algos.py::compute_policy_loss_kl_cov`` (defaults ratio 2e-4, coefficient 1).
+    ``max(⌊kl_cov_ratio·N⌋, 1)`` valid tokens of largest covariance ``(A_t − Ā)(logp_t − mean logp)``
+    (N = valid tokens): a KL-like pull back to π_old on the few tokens that drive entropy down fastest.
+    Read from verl ``verl/trainer/ppo/core_algos.py::compute_policy_loss_kl_cov`` (defaults ratio 2e-4,
+    coefficient 1).
+
+    The covariance is centered on the means over the valid tokens of the micro-batch the loss sees, and the
+    top-covariance selection (k, and which tokens) is made among that micro-batch's tokens too: the same
+    minibatch gives different selected tokens, hence a different loss and gradient, for a different
+    ``train.micro_batch_size``.
     """
 
+    paper = "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models (arXiv:2505.22617)"
     provenance = "CODE"
 
     kl_cov_ratio: float = Field(default=2e-4, gt=0, le=1)

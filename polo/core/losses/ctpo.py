@@ -1,4 +1,4 @@
-"""CTPO: cumulative-token importance ratios with a √position log-space clip window (spec §17)."""
+"""CTPO: cumulative-token importance ratios with a √position log-space clip window."""
 from __future__ import annotations
 
 from typing import Literal
@@ -22,10 +22,14 @@ class CTPOCumulative(PolicyLoss):
     gradient: through the current token only). Bounds ``b = c·n_t^p`` (p = +0.5 cumprod, −0.5 geomean
     unless ``power`` is set); ``u = max(−A·r, −A·exp(clamp(ℓ, −b_lo, b_hi)))``; if A < 0:
     ``u = min(u, −A·exp(b_c))`` (dual clip). Use ``token_mean``.
-    Source: horizon-llm/CTPO ``_compute_policy_loss_cum_token_la_impl`` (spec §17).
+    The product of the ratios up to t corrects for the prefix having been sampled by π_old (an unbiased
+    per-token correction with less variance than the whole-sequence ratio); its log is a sum of t terms, so
+    it spreads like √t and the clip window grows with it.
+    Source: horizon-llm/CTPO ``_compute_policy_loss_cum_token_la_impl``.
     """
 
-    spec = "single_turn_core.md §17"
+    paper = ("Rethinking Importance Sampling in LLM Policy Optimization: A Cumulative Token Perspective "
+             "(arXiv:2605.07331)")
     provenance = "CODE"
 
     mode: Literal["cumprod", "geomean"] = "cumprod"

@@ -23,6 +23,7 @@ class DRO(PolicyLoss):
     baseline, so pair with ``dr_grpo`` advantages.
     """
 
+    paper = "Offline Regularised Reinforcement Learning for Large Language Models Alignment (arXiv:2405.19107)"
     provenance = "SECONDARY"
 
     beta: float = Field(default=0.05, ge=0)

@@ -1,10 +1,11 @@
-"""DRPO: decoupled reward policy optimization, a discriminative per-question objective (spec §16)."""
+"""DRPO: decoupled reward policy optimization, a discriminative per-question objective."""
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
@@ -36,13 +37,25 @@ class DRPO(PolicyLoss):
     ``loss = −J + sg(max(β(KL − δ), 0))·KL``, returned as ``LossOutput.loss``.
 
     The value uses τ·logsumexp (the reference code's τ·S/sg(S) has the same gradient); ``token_loss``
-    spreads each row's share of −J evenly over its tokens (metrics only). Micro-batches must hold whole
-    groups. ``L_max`` = ``max_length`` or the padded response width.
-    Source: Optimization-AI/DRPO ``compute_policy_loss_drpo`` (spec §16).
+    spreads each row's share of −J evenly over its tokens (metrics only). ``L_max`` = ``max_length`` or the
+    padded response width.
+
+    Correct responses are weighted only against each other (shorter ones more), so a length preference never
+    turns a correct answer's signal negative; wrong responses are pushed down through the soft maximum of
+    their scores.
+
+    ``whole_groups``: J_x needs every response of question x, so the updater cuts micro-batches on group
+    boundaries (and refuses a ``train.micro_batch_size`` that would split a group). The trust-region multiplier
+    ``sg(max(β(KL − δ), 0))`` is computed per micro-batch, from the KL over that micro-batch's tokens: with
+    several micro-batches per optimizer step each gets its own multiplier (one whose KL is below δ gets none
+    even when the minibatch as a whole is above it), so it changes with ``train.micro_batch_size``.
+    Source: Optimization-AI/DRPO ``compute_policy_loss_drpo``.
     """
 
-    spec = "single_turn_core.md §16"
+    paper = "DRPO: Efficient Reasoning via Decoupled Reward Policy Optimization (arXiv:2510.04474)"
     provenance = "CODE"
+    whole_groups: ClassVar[bool] = True
+    requires = frozenset({"old_logp", "correct"})
 
     length_temperature: float = Field(default=0.1, gt=0)
     """λ of the positive weights."""
@@ -52,11 +65,16 @@ class DRPO(PolicyLoss):
     kl_type: str = "k1"
     max_length: int | None = Field(default=None, gt=0)
 
+    _divergence = PrivateAttr(default=None)
+
     @field_validator("kl_type")
     @classmethod
     def _known_divergence(cls, name: str) -> str:
         DIVERGENCES.get(name)
         return name
+
+    def model_post_init(self, context) -> None:
+        self._divergence = DIVERGENCES.build(self.kl_type)
 
     def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:
         mask = batch.mask
@@ -74,7 +92,7 @@ class DRPO(PolicyLoss):
         J_x = torch.where(used, segment_sum(q * s, inv, G) - self.tau * neg_lse, 0.0)
         J = J_x.sum() / max(G, 1)
 
-        kl = masked_mean(DIVERGENCES.build(self.kl_type)(batch.old_logp, logp), mask)
+        kl = masked_mean(self._divergence(batch.old_logp, logp), mask)
         multiplier = (self.beta * (kl.detach() - self.delta)).clamp_min(0)
         loss = -J + multiplier * kl
 

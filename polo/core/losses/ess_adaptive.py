@@ -1,4 +1,4 @@
-"""Trust the Batch (P3O): ESS-capped REINFORCE weights and an ESS-scheduled KL to π_old (spec §18)."""
+"""Trust the Batch (P3O): ESS-capped REINFORCE weights and an ESS-scheduled KL to π_old."""
 from __future__ import annotations
 
 import math
@@ -23,13 +23,17 @@ def effective_sample_size(r: Tensor, mask: Tensor) -> Tensor:
 class ESSAdaptive(PolicyLoss):
     """``ESS`` of the detached token ratios r over the valid tokens of the loss batch (detached scalar);
     ``ρ_t = sg(clamp(r_t, 0, ESS))``; ``KL_t = (logp − old_logp) + exp(clamp(old_logp − logp, −10, 10)) − 1``;
-    ``u_t = −ρ_t·A_t·logp_t + (1 − ESS)·KL_t``, so ``token_mean`` gives the spec's
+    ``u_t = −ρ_t·A_t·logp_t + (1 − ESS)·KL_t``, so ``token_mean`` gives
     ``[−Σ m·ρ·A·logp + (1 − ESS)·Σ m·KL] / N_global`` (a reference KL and an entropy bonus come from the
     recipe's ``kl`` and ``entropy_coef``). No hyperparameters. Metric ``ess``.
-    Source: FeynRL-project/FeynRL ``algs/P3O/p3o.py`` (spec §18).
+
+    Near-uniform ratios (fresh data) give ESS ≈ 1: plain REINFORCE without a KL; concentrated ratios (stale or
+    mismatched data) lower ESS, which both caps the weights harder and strengthens the pull to π_old.
+    Source: FeynRL-project/FeynRL ``algs/P3O/p3o.py``.
     """
 
-    spec = "single_turn_core.md §18"
+    paper = ("Trust the Batch, On- or Off-Policy: Adaptive Policy Optimization for RL Post-Training "
+             "(arXiv:2605.12380)")
     provenance = "CODE"
 
     def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:

@@ -17,9 +17,12 @@ class GMPO(PolicyLoss):
     ``δ̃_t = sgn(A)·min(sgn(A)·δ_t, sgn(A)·clamp(δ_t, −ε_low, ε_high))``;
     sequence ratio ``ρ_i = exp(Σ_t m·δ̃_t / Σ_t m)``, ``Ā_i = Σ_t m·A_t / Σ_t m``; every token of row i
     carries ``u = −Ā_i·ρ_i``, so ``seq_mean_token_mean`` gives verl's ``mean_i(−Ā_i·ρ_i)``.
-    Zhao et al. 2025, arXiv 2507.20673 (clip range (e^−0.4, e^0.4)); read from verl
+    The geometric mean of the token ratios is far less sensitive to a single outlying token than GRPO's
+    arithmetic mean, so a wider clip range (e^±0.4) stays stable. Read from verl
     ``verl/trainer/ppo/core_algos.py::compute_policy_loss_geo_mean``.
     """
+
+    paper = "Geometric-Mean Policy Optimization (arXiv:2507.20673)"
 
     provenance = "CODE"
 

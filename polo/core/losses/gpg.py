@@ -15,10 +15,11 @@ class GPG(PolicyLoss):
     """``u_t = −α·A_t·logp_t`` with ``α = B / (B − M)``: B rows, M rows whose group's rewards are all equal
     (zero gradient, they only dilute the mean); ``alpha_correction: false`` gives α = 1. No ratio, no clip,
     no KL. Pair with ``dr_grpo`` advantages (F_norm = 1) and ``token_mean``.
-    Chu et al. 2025 (GPG, arXiv 2504.02546, α = B/(B−M)); loss read from verl
-    ``verl/trainer/ppo/core_algos.py::compute_policy_loss_gpg`` (verl puts α in its ``gpg`` advantage).
-    α is computed over the rows the loss sees (the micro-batch when the trainer splits one).
+    Loss read from verl ``verl/trainer/ppo/core_algos.py::compute_policy_loss_gpg`` (verl puts α in its
+    ``gpg`` advantage). α is computed over the rows the loss sees (the micro-batch when the trainer splits one).
     """
+
+    paper = "GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning (arXiv:2504.02546)"
 
     provenance = "CODE"
     requires = frozenset()

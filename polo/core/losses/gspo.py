@@ -1,4 +1,4 @@
-"""GSPO: one clipped, length-normalized sequence ratio per response (spec §5)."""
+"""GSPO: one clipped, length-normalized sequence ratio per response."""
 from __future__ import annotations
 
 from pydantic import Field
@@ -14,10 +14,14 @@ from polo.core.segment import masked_mean
 class GSPO(PolicyLoss):
     """``log s_i = Σ_t m·(logp − old_logp) / Σ_t m``; token form
     ``log s_{i,t} = sg(log s_i) + logp_t − sg(logp_t)`` (clamped ≤ 10);
-    ``u = max(−A·s, −A·clamp(s, 1−ε_low, 1+ε_high))``. Use with ``seq_mean_token_mean``."""
+    ``u = max(−A·s, −A·clamp(s, 1−ε_low, 1+ε_high))``. Use with ``seq_mean_token_mean``.
+
+    The reward is given per sequence, so the importance ratio and its clip are taken per sequence too (the
+    geometric mean of the token ratios); every token of a response shares one clipping decision.
+    """
 
     inert_at_zero_advantage = True
-    spec = "single_turn_core.md §5"
+    paper = "Group Sequence Policy Optimization (arXiv:2507.18071)"
     provenance = "CODE"
 
     clip_low: float = Field(default=3e-4, ge=0)

@@ -1,4 +1,4 @@
-"""PPO clipped surrogate with optional dual clip (verl "vanilla", spec §0.2 and §1)."""
+"""PPO clipped surrogate with optional dual clip (verl "vanilla")."""
 from __future__ import annotations
 
 import torch
@@ -17,10 +17,15 @@ class PPOClip(PolicyLoss):
 
     ``r = exp(clamp(logp − old_logp, −20, 20))``. Gradient flows only where the unclipped branch −A·r is
     selected.
+
+    The max makes the objective a pessimistic bound: moving the ratio beyond ``[1−ε_low, 1+ε_high]`` in the
+    direction the advantage favours earns nothing. The dual clip (from "Mastering Complex Control in MOBA Games
+    with Deep Reinforcement Learning", arXiv:1912.09729) also bounds the loss of a negative-advantage token
+    whose ratio has grown large.
     """
 
     inert_at_zero_advantage = True
-    spec = "single_turn_core.md §0.2, §1"
+    paper = "Proximal Policy Optimization Algorithms (arXiv:1707.06347)"
     provenance = "CODE"
 
     clip_low: float = Field(default=0.2, ge=0)

@@ -1,4 +1,4 @@
-"""R²VPO: ratio-variance penalty with a primal-dual multiplier instead of clipping (spec §14)."""
+"""R²VPO: ratio-variance penalty with a primal-dual multiplier instead of clipping."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,10 +23,14 @@ class R2VPO(PolicyLoss):
     the token-weighted mean of the V̂ recorded by every loss call of the step; ``dual_update: false`` keeps
     λ fixed at ``lambda_init`` (the third-party port's fixed-λ variant). λ is checkpointed via
     ``state_dict``. Stale replayed samples carry their own behaviour log-probs, so r is relative to the
-    policy that generated each sample. RECONSTRUCTED FROM ABSTRACT (spec §14; all defaults ours).
+    policy that generated each sample.
+
+    A bound on the ratio's second moment about 1 is a smooth stand-in for PPO's trust region: no token's
+    gradient is cut off, the update is held back only as far as the whole batch drifts. RECONSTRUCTED FROM
+    ABSTRACT: the constraint and its primal-dual form are the paper's, the estimator and all defaults ours.
     """
 
-    spec = "single_turn_core.md §14"
+    paper = "Ratio-Variance Regularized Policy Optimization for Efficient LLM Fine-tuning (arXiv:2601.03320)"
     provenance = "RECONSTRUCTED"
 
     delta: float = Field(default=0.04, ge=0)

@@ -1,4 +1,4 @@
-"""Plain REINFORCE (used with RLOO, spec §7)."""
+"""Plain REINFORCE (the loss RLOO trains with)."""
 from __future__ import annotations
 
 from torch import Tensor
@@ -10,9 +10,11 @@ from polo.core.registry import POLICY_LOSSES
 
 @POLICY_LOSSES.register("reinforce")
 class Reinforce(PolicyLoss):
-    """``u = −A·logp`` (on-policy score-function estimator; no ratio, no clipping)."""
+    """``u = −A·logp`` (on-policy score-function estimator; no ratio, no clipping): its gradient is
+    ``−A·∇logp``, the likelihood-ratio policy gradient with the baseline already inside A."""
 
-    spec = "single_turn_core.md §7"
+    paper = ("Simple Statistical Gradient-Following Algorithms for Connectionist Reinforcement Learning "
+             "(R. J. Williams, Machine Learning 8, 1992; predates arXiv, no arXiv id)")
     provenance = "CODE"
     requires = frozenset()
 

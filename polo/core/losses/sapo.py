@@ -18,9 +18,11 @@ class SAPO(PolicyLoss):
 
     ``∂f/∂logp = 4·σ'(τ(r−1))·r`` equals r at r = 1 (the on-policy gradient −A) and decays smoothly as the
     ratio drifts: a continuous trust region instead of PPO's cut-off. Use ``seq_mean_token_mean``.
-    Gao et al. 2025, arXiv 2511.20347; formula and defaults (τ_pos = 1.0, τ_neg = 1.05) read from verl
+    Formula and defaults (τ_pos = 1.0, τ_neg = 1.05) read from verl
     ``verl/trainer/ppo/core_algos.py::compute_policy_loss_sapo`` and TRL ``GRPOConfig.sapo_temperature_*``.
     """
+
+    paper = "Soft Adaptive Policy Optimization (arXiv:2511.20347)"
 
     provenance = "CODE"
 

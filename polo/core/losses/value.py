@@ -1,4 +1,4 @@
-"""Clipped critic loss (spec §1)."""
+"""Clipped critic loss (PPO's value loss as verl and OpenRLHF implement it)."""
 from __future__ import annotations
 
 import torch

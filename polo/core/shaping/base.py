@@ -2,6 +2,9 @@
 component's registry name with weight ``weight``."""
 from __future__ import annotations
 
+import math
+from typing import ClassVar
+
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
@@ -10,6 +13,8 @@ from polo.core.registry import Component
 
 class RewardShaping(Component):
     weight: float = 1.0
+    max_value: ClassVar[float] = math.inf
+    """The largest value the shaping term takes (the appended component's ``reward_max``)."""
 
     def __call__(self, batch: RolloutBatch, max_new_tokens: int) -> Tensor:
         raise NotImplementedError

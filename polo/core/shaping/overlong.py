@@ -1,4 +1,4 @@
-"""DAPO soft overlong penalty (spec §4)."""
+"""DAPO soft overlong penalty."""
 from __future__ import annotations
 
 import torch
@@ -15,11 +15,13 @@ class Overlong(RewardShaping):
     """``R_len = min(0, −(L − (L_max − L_buf))/L_buf·c)``: 0 up to ``L_max − L_buf``, falling linearly to −c at
     ``L_max`` (L = trained response tokens). ``max_length`` None → the trainer's ``max_new_tokens``;
     ``buffer`` None → ``L_max // 5`` (FeynRL's short-budget choice; DAPO used 4096 of 20480), at least 1.
-    Source: verl ``verl/workers/reward_manager/dapo.py`` (spec §4).
+    A truncated response gets a reward that says nothing about its reasoning; the soft penalty tells the
+    policy about length before the hard cut-off. Source: verl ``verl/workers/reward_manager/dapo.py``.
     """
 
-    spec = "single_turn_core.md §4"
+    paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)"
     provenance = "CODE"
+    max_value = 0.0
 
     max_length: int | None = Field(default=None, gt=0)
     buffer: int | None = Field(default=None, gt=0)

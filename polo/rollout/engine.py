@@ -1,0 +1,102 @@
+"""Rollout engines: a policy and task examples → a scored ``RolloutBatch`` (the ``Engine`` stage).
+
+An engine is a registered component (``engine.name`` in a recipe, default ``single_turn``). The trainer
+builds it once, hands it what every engine needs (``EngineSetup``), calls ``rollout`` each step and ``sync``
+after each update (an engine that generates elsewhere, e.g. in vLLM or on Ray workers, pushes the new
+weights there). An engine names the inputs it writes itself (``provides``: at least ``old_logp``) and the
+model roles it needs besides the policy (``roles``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from polo.core.batch import RolloutBatch, concat_batches
+from polo.core.registry import Component, Registry
+from polo.tasks.base import Example, Task
+from polo.tasks.rewards import RewardSpec, reward_maxima, score
+
+ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn",), default="single_turn")
+
+
+@dataclass
+class EngineSetup:
+    """What every engine is given once: the task, its reward components and the sampling settings."""
+
+    task: Task
+    reward_specs: list[RewardSpec]
+    samples_per_prompt: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+@dataclass
+class Rollouts:
+    """A scored batch plus what only the host side needs: the completions' texts and the (repeated) examples,
+    one per row."""
+
+    batch: RolloutBatch
+    completions: list[str]
+    examples: list[Example]
+
+    @property
+    def correct(self) -> torch.Tensor:
+        return self.batch.extras["correct"].bool()
+
+    def select_groups(self, keep_group: torch.Tensor) -> "Rollouts":
+        """The rows of the groups where ``keep_group[g]`` is true; kept groups are renumbered 0..k−1."""
+        rows = keep_group[self.batch.group]
+        idx = rows.nonzero().squeeze(-1).tolist()
+        batch = self.batch.select(rows)
+        batch.group = torch.unique(batch.group, return_inverse=True)[1]
+        return Rollouts(batch, [self.completions[i] for i in idx], [self.examples[i] for i in idx])
+
+    @staticmethod
+    def concat(parts: list["Rollouts"]) -> "Rollouts":
+        return Rollouts(concat_batches([p.batch for p in parts]), [c for p in parts for c in p.completions],
+                        [e for p in parts for e in p.examples])
+
+
+def scored(batch_fields: dict, setup: EngineSetup, examples: list[Example], completions: list[str],
+           prompt_index: list[int]) -> Rollouts:
+    """A ``Rollouts`` from generated rows (``batch_fields``: the RolloutBatch tensors) and their texts: every
+    reward component scored, the verifier's ``correct`` and the pool's ``prompt_index`` in ``extras``."""
+    rewards, names, weights = score(setup.task, setup.reward_specs, examples, completions)
+    maxima = reward_maxima(setup.task, setup.reward_specs)
+    correct = torch.tensor([float(setup.task.is_correct(c, e)) for c, e in zip(completions, examples)])
+    extras = {"correct": correct, "prompt_index": torch.tensor(prompt_index, dtype=torch.long),
+              **batch_fields.pop("extras", {})}
+    batch = RolloutBatch(rewards=rewards, reward_names=names, reward_weights=weights, reward_max=maxima,
+                         extras=extras, **batch_fields)
+    return Rollouts(batch, completions, examples)
+
+
+class Engine(Component):
+    """Turns a policy and task examples into scored rollouts; built once per run."""
+
+    provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index"})
+    """Inputs the engine writes into every batch itself (behaviour log-probs, the verifier's verdict, ...)."""
+
+    def roles(self) -> set[str]:
+        """Model roles the engine needs besides the policy."""
+        return set()
+
+    def setup(self, setup: EngineSetup) -> None:
+        self._setup = setup
+
+    @property
+    def settings(self) -> EngineSetup:
+        return self._setup
+
+    def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
+                samples_per_prompt: int | None = None, greedy: bool = False) -> Rollouts:
+        """``samples_per_prompt`` (default: the recipe's) scored samples of each example; consecutive rows form
+        a group, ``extras["prompt_index"]`` holds each row's index in the training pool."""
+        raise NotImplementedError
+
+    def sync(self, policy, version: int) -> None:
+        """After each update (``version`` = completed steps): push the new weights where generation runs."""

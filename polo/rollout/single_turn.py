@@ -1,0 +1,32 @@
+"""The ``single_turn`` engine: G sampled completions per prompt from polo's batched KV-cache sampler."""
+from __future__ import annotations
+
+import torch
+
+from polo.core.registry import ConfigError
+from polo.rollout.engine import ENGINES, Engine, Rollouts, scored
+from polo.rollout.sampler import sample
+from polo.tasks.base import Example
+
+
+@ENGINES.register("single_turn")
+class SingleTurn(Engine):
+    """One prompt, one completion per sample: prompts encoded (chat template when the policy uses one),
+    ``samples_per_prompt`` completions each (consecutive rows form a group), decoded and scored."""
+
+    def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
+                samples_per_prompt: int | None = None, greedy: bool = False) -> Rollouts:
+        s = self.settings
+        if len(examples) != len(prompt_index):
+            raise ConfigError(f"engine single_turn: {len(examples)} examples but {len(prompt_index)} prompt indices")
+        G = samples_per_prompt or s.samples_per_prompt
+        prompt_ids, prompt_mask = policy.encode_prompts([e.prompt for e in examples])
+        prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
+        out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                     top_p=s.top_p, top_k=s.top_k, greedy=greedy, generator=generator)
+        rows = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "response_ids": out.response_ids,
+                "response_mask": out.response_mask, "group": torch.arange(len(examples)).repeat_interleave(G),
+                "truncated": out.truncated, "old_logp": out.logp}
+        repeated = [e for e in examples for _ in range(G)]
+        index = [i for i in prompt_index for _ in range(G)]
+        return scored(rows, s, repeated, policy.decode(out.response_ids, out.response_mask), index)

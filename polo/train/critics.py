@@ -1,0 +1,55 @@
+"""The trainable model roles (critics): their optimizers, their value-loss backward on each micro-batch, their
+optimizer step, the warm-up during which only they learn, and their checkpointed state."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from polo.core.aggregation import Aggregation, StepCounts
+from polo.core.losses.value import clipped_value_loss
+
+
+class Critics:
+    """``members``: ``(name, role, model)`` of each trainable role; each gets its own AdamW at the role's lr."""
+
+    def __init__(self, members: list[tuple[str, object, torch.nn.Module]], grad_clip: float | None):
+        self.members = [(name, role, model, torch.optim.AdamW(model.parameters(), lr=role.lr))
+                        for name, role, model in members]
+        self.grad_clip = grad_clip or math.inf
+
+    def __bool__(self) -> bool:
+        return bool(self.members)
+
+    def policy_frozen(self, step: int) -> bool:
+        """True during the warm-up: ``step`` (completed steps) below some critic's ``warmup_steps``."""
+        return any(step < role.warmup_steps for _, role, _, _ in self.members)
+
+    def backward(self, micro, counts: StepCounts, aggregation: Aggregation) -> dict[str, float]:
+        """Each critic's clipped value loss against ``micro.returns`` (its rollout-time values from the batch
+        input the role names), aggregated like the policy loss, backpropagated."""
+        stats = {}
+        for name, role, model, _ in self.members:
+            predicted = model(*role.prompts(micro), micro.response_ids, micro.response_mask)
+            loss = aggregation(clipped_value_loss(predicted, micro.input(role.value_input), micro.returns,
+                                                  role.value_clip), micro.mask, counts)
+            loss.backward()
+            stats[f"loss/{name}"] = float(loss.detach())
+        return stats
+
+    def step(self) -> None:
+        for _, _, model, optimizer in self.members:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def weights(self) -> dict[str, dict]:
+        return {name: model.state_dict() for name, _, model, _ in self.members}
+
+    def state_dict(self) -> dict[str, dict]:
+        return {name: optimizer.state_dict() for name, _, _, optimizer in self.members}
+
+    def load(self, weights: dict[str, dict], state: dict[str, dict]) -> None:
+        for name, _, model, optimizer in self.members:
+            model.load_state_dict(weights[name])
+            optimizer.load_state_dict(state[name])

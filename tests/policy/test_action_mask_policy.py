@@ -1,0 +1,43 @@
+"""NLPO's ActionMaskedPolicy: the sampler and the training forward both see the masking policy's nucleus."""
+import torch
+
+from polo.core.action_mask import top_p_allow
+from polo.policy.action_mask import ActionMaskedPolicy
+from polo.policy.policy import Policy
+from polo.policy.reference import frozen_copy
+from polo.policy.tiny import TinyModelConfig, build_tiny_model
+from polo.policy.tokenizer import build_char_tokenizer
+from polo.rollout.sampler import sample
+
+
+def tiny_policy(seed: int) -> Policy:
+    torch.manual_seed(seed)
+    tokenizer = build_char_tokenizer()
+    cfg = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    return Policy(build_tiny_model(cfg, tokenizer), tokenizer)
+
+
+def test_sampling_stays_in_the_nucleus_and_training_logp_matches_the_sampler():
+    policy, masking = tiny_policy(0), tiny_policy(1)  # a masking policy unlike the policy restricts it
+    masked = ActionMaskedPolicy(policy, masking, top_p=0.3)
+    ids, mask = policy.encode_prompts(["12+3=", "7+45=", "9+9="])
+    out = sample(masked, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        mask_logits = masking.forward_logp(ids, mask, out.response_ids, out.response_mask, return_full=True)
+        allow = top_p_allow(mask_logits["logprobs_full"], 0.3, always_allowed=masked.always)
+    taken = allow.gather(-1, out.response_ids[..., None]).squeeze(-1)
+    assert taken[out.response_mask.bool()].all()  # every sampled token is inside ψ's nucleus
+    assert (allow.sum(-1)[out.response_mask.bool()] < allow.shape[-1]).any()  # and the nucleus excludes tokens
+    masked_fw = masked.forward_logp(ids, mask, out.response_ids, out.response_mask)["logp"]
+    plain_fw = policy.forward_logp(ids, mask, out.response_ids, out.response_mask)["logp"]
+    # renormalized over the nucleus, log π̃ ≥ log π; equal to the sampler's up to float32 kernel differences
+    # (|logp| ≲ 5 here, a few ulps of the logits summed over the 40-token vocabulary: 1e-4 is ample)
+    torch.testing.assert_close(masked_fw, out.logp, atol=1e-4, rtol=0)
+    assert (masked_fw >= plain_fw - 1e-6).all() and (masked_fw > plain_fw + 1e-3).any()
+
+
+def test_wrapper_shares_parameters_and_state_with_the_policy():
+    policy = tiny_policy(0)
+    masked = ActionMaskedPolicy(policy, frozen_copy(policy), top_p=0.9)
+    assert [p.data_ptr() for p in masked.parameters()] == [p.data_ptr() for p in policy.parameters()]
+    assert masked.state_dict().keys() == policy.state_dict().keys()  # the masking policy is not the policy's state

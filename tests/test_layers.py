@@ -1,0 +1,168 @@
+"""polo's layering, read from the source with ``ast`` (no module is imported).
+
+Imports between polo modules must form no cycle, and must never go from a lower layer to a higher one.
+A module's layer is that of its first package component under polo; modules directly in polo/ that are not
+layers themselves (``polo/__init__.py``) are exempt, and so are their own imports.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+LAYERS = [("core",), ("policy", "rollout", "tasks", "envs", "dist"), ("train",), ("arena", "cli", "catalog")]
+"""Lowest first; the packages of one layer may import each other (but not in a cycle)."""
+RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def module_files(root: Path, package: str) -> dict[str, Path]:
+    """Dotted name → file of every module under the package directory ``root`` (a package is its __init__)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        modules[".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported_modules(path: Path, module: str, known: set[str]) -> set[str]:
+    """The known modules that ``module`` (read from ``path``) imports anywhere, function bodies included,
+    except under ``if TYPE_CHECKING:``. ``from x import y`` imports the module ``x.y`` when there is one,
+    else ``x``; relative imports are resolved against the module's package."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    stack = [ast.parse(path.read_text(encoding="utf-8"), filename=str(path))]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)  # the `else:` branch does run
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+        stack.extend(ast.iter_child_nodes(node))
+    return (found & known) - {module}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        work = [(start, iter(sorted(graph[start])))]  # the DFS path, each node with its unvisited successors
+        while work:
+            node, successors = work[-1]
+            child = next(successors, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:  # node is the root of a component: pop it off the stack
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def layer_of(root: Path, path: Path) -> str | None:
+    """The first package component of a module under ``root``; None for a module directly in it that is not
+    a layer itself (``__init__.py``): those are exempt."""
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else (path.stem if path.stem in RANK else None)
+
+
+def layering_problems(root: Path, package: str) -> list[str]:
+    """Every import cycle, upward import, and subpackage outside ``LAYERS``, as readable lines."""
+    files = module_files(root, package)
+    graph = {name: imported_modules(path, name, set(files)) for name, path in files.items()}
+    layers = {name: layer_of(root, path) for name, path in files.items()}
+    problems = [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
+    problems += sorted({f"package {package}.{name} is in no layer of LAYERS" for name in layers.values()
+                        if name is not None and name not in RANK})
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            src, dst = RANK.get(layers[module]), RANK.get(layers[target])
+            if src is not None and dst is not None and src < dst:
+                problems.append(f"upward import: {module} ({layers[module]}) imports {target} ({layers[target]})")
+    return problems
+
+
+def test_polo_has_no_import_cycle_and_no_upward_import():
+    root = Path(importlib.util.find_spec("polo").submodule_search_locations[0])  # finds, does not import
+    problems = layering_problems(root, "polo")
+    assert not problems, "polo's layering is broken:\n" + "\n".join(problems)
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``fake`` under ``root``, from relative path → source."""
+    for name, source in files.items():
+        path = root / "fake" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source)
+    return root / "fake"
+
+
+BASE = {"__init__.py": "from fake.train import loop\n",  # the top __init__'s own imports are exempt
+        "core/__init__.py": "", "core/math.py": "X = 1\n",
+        "train/__init__.py": "", "train/loop.py": "from fake.core.math import X\n",
+        "catalog.py": "import fake.train.loop\n"}
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ({}, []),  # clean: every import goes down
+    ({"core/math.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fake.train import loop\n"}, []),
+    ({"train/loop.py": "from . import step\n", "train/step.py": "from .loop import X\n"},  # cycle in one layer
+     ["import cycle: fake.train.loop <-> fake.train.step"]),
+    ({"core/extra.py": "def f():\n    from ..train import loop\n"},  # upward, relative, inside a function
+     ["upward import: fake.core.extra (core) imports fake.train.loop (train)"]),
+    ({"train/loop.py": "from fake.core import math\nfrom . import step\n", "train/step.py": "from .. import catalog\n",
+      "catalog.py": "from fake.train import loop\n"},  # both, like polo's catalog -> train -> catalog
+     ["import cycle: fake.catalog <-> fake.train.loop <-> fake.train.step",
+      "upward import: fake.train.step (train) imports fake.catalog (catalog)"]),
+    ({"utils/__init__.py": ""}, ["package fake.utils is in no layer of LAYERS"]),
+])
+def test_checker_on_synthetic_packages(tmp_path, extra, expected):
+    root = write_package(tmp_path, {**BASE, **extra})
+    assert layering_problems(root, "fake") == expected
+
+
+def test_cycles_finds_every_component_iteratively():
+    chain = {str(i): {str(i + 1)} for i in range(5000)} | {"5000": {"0"}}  # deeper than Python's recursion limit
+    assert cycles(chain) == [sorted(chain)]
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"e", "a"}}
+    assert cycles(graph) == [["a", "b"], ["c", "d"]]  # a self-import is no cycle between modules
