@@ -1,0 +1,138 @@
+"""Every shipped recipe's off-policy mechanism acts in a short run on the built-in model.
+
+A recipe that does one update per rollout batch trains exactly on-policy: the importance ratio is 1, so
+clipping, trust regions, ESS caps and ratio penalties never act (the old recipes measured clip fraction 0,
+ESS 1.0, KL to the old policy 0). With the shipped ``train.epochs`` × ``train.minibatches`` the later
+updates of a batch are off-policy, and each recipe's mechanism must show in its metrics rows.
+
+``MECHANISMS`` names, per recipe, the metric that proves *its* mechanism acts, the condition on its mean
+over the run's steps (steps whose rows carry the metric: rows whose advantages are all 0 skip the update),
+and why that metric is the right one. ``EXEMPT`` lists the recipes that stay on-policy by design, with the
+reason; their test asserts that they do (ratio exactly 1), so no recipe is skipped silently.
+
+Every run: the ``tiny`` fixture (3 steps on the built-in model), ``seed=0``, at least as many prompts per
+step as the recipe has minibatches (a minibatch is made of whole groups), and ``optim.lr=5e-3`` (10× the
+shipped 5e-4): the mechanisms respond to how far the policy drifts between the updates of one batch, and at
+5e-4 the tiny model moves so little in 3 steps that several clip-type recipes count no clipped token at all
+(info_ppo and grpo_passk with seeds 0-2, oblr_po with seeds 0 and 2). The update counts are the shipped ones.
+Values seen with seed 0 (torch 2.13, CPU, one thread) are in each entry's comment. Only the public
+``load_recipe`` / ``Trainer(...).run()`` API and metric names are used.
+"""
+import math
+import operator
+
+import pytest
+
+from polo.train.config import RECIPES_DIR, load_recipe
+from polo.train.trainer import Trainer
+
+CLIP = ("policy/clip_frac_low", "policy/clip_frac_high")
+ESS = ("policy/ratio_ess",)
+CLIP_WHY = "fraction of trained tokens whose PPO ratio left [1-eps_low, 1+eps_high] (0 when on-policy)"
+
+# recipe -> (metric: keys summed per step, condition on the mean over steps, why that metric)
+MECHANISMS = {
+    "cispo": (ESS, ("<", 0.99),  # 0.861
+              "the detached IS weight min(r, eps_max) reweights tokens only where r != 1; normalized ESS of the "
+              "ratios < 1 shows non-uniform weights (the eps_max = 5 truncation itself is rare at this size)"),
+    "clip_cov": (CLIP, (">", 0.005), "PPO clip of Clip-Cov: " + CLIP_WHY),  # 0.156
+    "ctpo": (CLIP + ("policy/clip_frac_dual",), (">", 0.05),  # 0.512
+             "fraction of tokens whose cumulative-token ratio left the sqrt(position) log-space window, or hit "
+             "the dual clip"),
+    "dapo": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.258
+    "dapo_lite": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.245
+    "dgpo": (CLIP, (">", 0.005), "PPO clip on the redistributed token advantages: " + CLIP_WHY),  # 0.150
+    "dr_grpo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.214
+    "dro": (("policy/log_ratio_sq",), (">", 1e-3),  # 0.219
+            "the quadratic penalty beta/2 (log pi/pi_old)^2 is 0 on-policy; its mean square log-ratio > 0 shows "
+            "it pulls the later updates back"),
+    "drpo": (("policy/trust_region_multiplier",), (">", 1.0),  # 98.3
+             "trust region to pi_old: the multiplier sg(max(beta (KL - delta), 0)) is 0 on-policy and > 0 once "
+             "KL(old||new) > delta"),
+    "gmpo": (CLIP, (">", 0.005), "token clip (e^-0.4, e^0.4) of the geometric mean, in log space"),  # 0.075
+    "grpo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.128
+    "grpo_passk": (CLIP, (">", 0.005), CLIP_WHY + " (only each group's best sample is trained)"),  # 0.100
+    "gspo": (CLIP, (">", 0.05), "sequence-level ratio outside its tiny range (3e-4, 4e-4)"),  # 0.449
+    "info_ppo": (CLIP, (">", 0.005),  # 0.017
+                 "ratio outside the entropy-adaptive bounds [1/(1+ln(1+eps_lo rho)), 1+ln(1+eps_hi rho)]"),
+    "kl_cov": (ESS, ("<", 0.99),  # 0.867
+               "the |log r| penalty on the top-covariance tokens is 0 where r = 1; ESS < 1 shows ratios away from 1 "
+               "for it to act on"),
+    "mc_grpo": (CLIP, (">", 0.005), CLIP_WHY + " (second of num_iterations = 2 epochs)"),  # 0.020
+    "ngrpo": (CLIP, (">", 0.005), "asymmetric clip 0.16/0.24: " + CLIP_WHY),  # 0.230
+    "nlpo": (CLIP, (">", 0.005), CLIP_WHY + " (5 epochs x 20 minibatches)"),  # 0.315
+    "oblr_po": (CLIP, (">", 0.005), CLIP_WHY + " (its SNR factor shrinks the lr, so the drift)"),  # 0.031
+    "poise": (CLIP, (">", 0.005), "clip 0.2/0.28: " + CLIP_WHY),  # 0.244
+    "ppo": (CLIP, (">", 0.005), CLIP_WHY + " (the dual clip at 3 does not fire here)"),  # 0.108
+    "r2vpo": (("policy/ratio_variance",), (">", 1e-3),  # 0.036
+              "the ratio-variance penalty lambda V, V = mean (r - 1)^2, is 0 on-policy; the replayed stale "
+              "batches make V > 0"),
+    "redippo": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.087
+    "reinforce_pp": (CLIP, (">", 0.005), CLIP_WHY),  # 0.183
+    "rloo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.109
+    "sapo": (ESS, ("<", 0.99),  # 0.866
+             "the sigmoid gate's gradient weight 4 sigma'(tau (r - 1)) r is 1 only at r = 1; ESS < 1 shows ratios "
+             "away from 1, where the soft trust region attenuates"),
+    "spo": (CLIP, (">", 0.005), "clip 0.2/0.28 with dual clip 10: " + CLIP_WHY),  # 0.099
+    "trust_the_batch": (("policy/ess",), ("<", 0.99),  # 0.900
+                        "the batch ESS caps the REINFORCE weight (rho = min(r, ESS)) and switches on the (1 - ESS) KL "
+                        "pull to pi_old; both are inert at ESS = 1"),
+}
+
+# recipe -> why it stays on-policy (one update per rollout batch, asserted below)
+EXEMPT = {
+    "gpg": "GPG's loss is plain REINFORCE with no importance ratio (-alpha A logp), valid only on-policy; the "
+           "authors' open-r1 configs take one update per generation batch (num_iterations 1)",
+    "opo": "OPO is 'exact on-policy' by design: ppo_mini_batch_size = train_batch_size (verl docs/algo/opo.md)",
+    "remax": "ReMax is REINFORCE with a greedy baseline; its code makes one update per generation batch "
+             "(generation batch = training batch, ppo_epochs 1)",
+}
+
+# extra overrides of a recipe's run, with the reason
+EXTRA = {
+    # one sample per prompt and binary correctness: 64 prompts give the 64 rows the others get from 8 x 8;
+    # with 8 every advantage is 0 (the tracker's baseline matches every reward)
+    "spo": ["rollout.prompts_per_step=64"],
+    # DRPO's objective needs a group with a correct and a wrong answer; after the fixture's 40 warm-start steps
+    # the model is ~0 % accurate (seeds 1 and 2 then train nothing at all); 150 steps (~6 % held-out accuracy,
+    # one more cached warm start, ~3 s) give such groups with seeds 0-2
+    "drpo": ["warm_start.steps=150", "rollout.prompts_per_step=8"],
+}
+
+RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+OPS = {"<": operator.lt, ">": operator.gt}
+
+
+def run(name, tiny, tmp_path):
+    minibatches = load_recipe(name).train.minibatches
+    overrides = [*tiny, "seed=0", "optim.lr=5e-3", f"rollout.prompts_per_step={max(4, minibatches)}",
+                 *EXTRA.get(name, [])]
+    rows = Trainer(load_recipe(name, overrides), tmp_path, log=lambda *_: None).run()
+    return [row for row in rows if row["step"] > 0]
+
+
+def test_every_recipe_is_listed():
+    assert not set(MECHANISMS) & set(EXEMPT)
+    assert sorted({*MECHANISMS, *EXEMPT}) == RECIPES
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_mechanism_acts(name, tiny, tmp_path):
+    keys, (op, threshold), why = MECHANISMS[name]
+    rows = run(name, tiny, tmp_path)
+    values = [sum(row[k] for k in keys) for row in rows if all(k in row for k in keys)]
+    assert values, f"{name}: no step reported {keys}"
+    assert all(math.isfinite(v) for v in values), (name, values)
+    mean = sum(values) / len(values)
+    assert OPS[op](mean, threshold), f"{name}: mean {' + '.join(keys)} = {mean:.4g} per step {values}, " \
+                                     f"expected {op} {threshold} ({why})"
+
+
+@pytest.mark.parametrize("name", sorted(EXEMPT))
+def test_exempt_recipe_stays_on_policy(name, tiny, tmp_path):
+    rows = [row for row in run(name, tiny, tmp_path) if "policy/ratio_ess" in row]
+    assert rows, f"{name}: no step trained"
+    for row in rows:
+        # exactly on-policy up to float32 round-off between the sampler's and the update's forward (~1e-7)
+        assert row["policy/ratio_ess"] == pytest.approx(1.0, abs=1e-5), (name, row["step"], EXEMPT[name])
+        assert row["policy/kl_old"] == pytest.approx(0.0, abs=1e-5), (name, row["step"], EXEMPT[name])
