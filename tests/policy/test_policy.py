@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 from pydantic import ValidationError
@@ -33,15 +35,14 @@ def test_encoding_padding_and_decode(policy):
 
 
 def test_forward_logp_outputs_and_left_padding_invariance(policy, f32):
+    policy = copy.deepcopy(policy).double()  # alone vs in a padded batch: two paths, compared in float64
     p_ids, p_mask, r_ids, r_mask = batch(policy)
     out = policy.forward_logp(p_ids, p_mask, r_ids, r_mask, temperature=0.7, return_entropy=True, hidden_layer=-1)
     assert out["logp"].shape == out["entropy"].shape == r_ids.shape
     assert out["hidden"].shape == (3, p_ids.shape[1] + r_ids.shape[1], SMALL.hidden_size)
     assert (out["logp"][r_mask == 0] == 0).all() and (out["logp"][r_mask == 1] < 0).all()
     assert (out["entropy"][r_mask == 1] > 0).all() and torch.isfinite(out["hidden"]).all()
-    # alone vs in a padded batch: other shapes, other kernels; a few ulps of max|logit / T| (≈ 1) times √64,
-    # plus the rounding of logsumexp (≈ ln V): ≈ 1e-5 (measured ≤ 5e-7)
-    atol = f32.logp_atol(policy, p_ids, p_mask, r_ids, r_mask, temperature=0.7)
+    atol = f32.logp_atol(policy, p_ids, p_mask, r_ids, r_mask, temperature=0.7)  # ≈ 7e-6 (measured ≤ 5e-7)
     for row in range(3):  # each row alone (no padding) gives the same log-probs as in the padded batch
         n, m = int(p_mask[row].sum()), int(r_mask[row].sum())
         alone = policy.forward_logp(p_ids[row:row + 1, -n:], p_mask[row:row + 1, -n:], r_ids[row:row + 1, :m],
@@ -129,10 +130,10 @@ def test_lora_trains_only_adapters_and_round_trips(policy, tmp_path, f32):
     again = Policy.load(tmp_path)
     assert [n for n, p in again.named_parameters() if p.requires_grad] == trainable
     same_computation(again.forward_logp(*batch(again))["logp"], lora.forward_logp(*batch(lora))["logp"], f32)
+    again.double()  # sampler vs forward: two paths through the model, compared in float64 (Float32)
     ids, mask = again.encode_prompts(PROMPTS)
     out = sample(again, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
-    # sampler vs forward: two kernel paths (see f32.logp_atol), ≈ 1e-5 here (measured ≤ 4e-6)
-    atol = f32.logp_atol(again, ids, mask, out.response_ids, out.response_mask)
+    atol = f32.logp_atol(again, ids, mask, out.response_ids, out.response_mask)  # ≈ 7e-6 (measured ≤ 1e-6)
     torch.testing.assert_close(again.forward_logp(ids, mask, out.response_ids, out.response_mask)["logp"], out.logp,
                                atol=atol, rtol=0)
 

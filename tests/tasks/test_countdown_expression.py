@@ -69,11 +69,12 @@ EXAMPLE = Example("3 5 7>56:", "56", {"numbers": (3, 5, 7), "solution": "(3+5)*7
         ("", 0, 0, 0.0),
     ],
 )
-def test_countdown_verifier_and_rewards(completion, correct, fmt, close):
+def test_countdown_verifier_and_rewards(completion, correct, fmt, close, f32):
     task = build_task("countdown")
     assert task.is_correct(completion, EXAMPLE) is bool(correct)
     rewards, names, _ = score(task, ["correct", "format", "closeness"], [EXAMPLE], [completion])
-    assert rewards[0].tolist() == pytest.approx([correct, fmt, close])
+    # float64 rewards stored as float32: one rounding, at most ½ ulp, within rel = eps32
+    assert rewards[0].tolist() == pytest.approx([correct, fmt, close], rel=f32.EPS, abs=0)
 
 
 def test_closeness_is_clipped_at_zero_and_repeated_numbers_count_as_a_multiset():

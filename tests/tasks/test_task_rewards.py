@@ -25,7 +25,9 @@ def test_generic_rewards():
     assert call("numeric_match", ["85"], ["eighty-five"]) == [0.0]
     assert call("contains_answer", ["the answer: 85!", "8 5"], ["85", "85"]) == [1.0, 0.0]
     assert call("digit_match", ["85", "", " "], ["85", "", "0"]) == [1.0, 1.0, 0.0]
-    assert call("char_match", ["abc", "abd", "abcd"], ["abc"] * 3) == pytest.approx([1.0, 2 / 3, 3 / 4])
+    # one float64 division each side, both correctly rounded: equal to within an ulp (eps64)
+    assert call("char_match", ["abc", "abd", "abcd"], ["abc"] * 3) == pytest.approx([1.0, 2 / 3, 3 / 4],
+                                                                                      rel=math.ulp(1.0), abs=0)
 
 
 def test_score_shapes_names_and_weights():

@@ -29,14 +29,23 @@ def scored_batch(trainer, zero_groups):
                         advantages=advantages)
 
 
+def recording_steps(updater) -> list[torch.Tensor]:
+    """The flattened gradient of each optimizer step ``updater`` takes (the step itself still happens)."""
+    grads, step = [], updater.optimizer_step
+    updater.optimizer_step = lambda factor: grads.append(torch.cat([p.grad.reshape(-1) for p in updater.params])) \
+        or step(factor)
+    return grads
+
+
 @pytest.mark.parametrize("zero_groups", [[1, 3], [0, 1, 2, 3]])
-def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, zero_groups):
+def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, zero_groups, f32):
     skipping, full = make_trainer(tmp_path, tiny, "a"), make_trainer(tmp_path, tiny, "b")
     assert all(torch.equal(a, b) for a, b in zip(skipping.updater.params, full.updater.params))
     batch = scored_batch(skipping, zero_groups)
     seen = []
     backward = skipping.updater.policy_backward
     skipping.updater.policy_backward = lambda micro, *a: seen.append(micro.batch_size) or backward(micro, *a)
+    skipped_grads, full_grads = recording_steps(skipping.updater), recording_steps(full.updater)
     skipping.updater.run(batch)
     assert sum(seen) == 16 - 4 * len(zero_groups)  # the zero-advantage groups never reached the model
     full.updater.settings.skip_zero_advantage_rows = False
@@ -44,8 +53,11 @@ def test_skipping_zero_advantage_rows_gives_the_same_update(tmp_path, tiny, zero
     fresh = make_trainer(tmp_path, tiny, "c").updater.params
     moved = any(not torch.equal(p, q) for p, q in zip(skipping.updater.params, fresh))
     assert moved == (len(zero_groups) < 4)
-    for a, b in zip(skipping.updater.params, full.updater.params):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    # the same gradient at each optimizer step: float32 sums over the 16 rows in another grouping differ by a
+    # few ulps of the largest gradient element times √16 (compared before Adam, which magnifies tiny elements)
+    assert len(skipped_grads) == len(full_grads) == 2
+    for a, b in zip(skipped_grads, full_grads):
+        torch.testing.assert_close(a, b, atol=f32.atol(b.abs().max(), 16), rtol=0)
     for a, b in zip(skipping.optimizer.state.values(), full.optimizer.state.values()):
         torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"], atol=1e-9, rtol=1e-4)
 
