@@ -77,14 +77,14 @@ def core_math(sizes: list[int], reps: int) -> None:
 
 
 class StepTimers:
-    """Timers (and profiler labels) on a trainer's model forwards (``forward:ATTRIBUTE`` for each outermost
-    Hugging Face model among the trainer's attributes: policy, reference, critic), ``Tensor.backward`` and
+    """Timers (and profiler labels) on a trainer's model forwards (``forward:NAME`` for each outermost
+    Hugging Face model of the policy and of each model role: reference, critic, ...), ``Tensor.backward`` and
     ``optimizer.step``."""
 
     def __init__(self, trainer):
         self.seconds: dict[str, float] = defaultdict(float)
         seen: set[int] = set()
-        for attr, value in vars(trainer).items():
+        for attr, value in {"policy": trainer.policy, **trainer.models}.items():
             if isinstance(value, torch.nn.Module):
                 for module in value.modules():
                     if isinstance(module, PreTrainedModel) and id(module) not in seen:
