@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from pydantic import PrivateAttr
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.registry import Component, Registry
@@ -81,6 +82,8 @@ class Engine(Component):
     provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index"})
     """Inputs the engine writes into every batch itself (behaviour log-probs, the verifier's verdict, ...)."""
 
+    _setup: EngineSetup | None = PrivateAttr(default=None)
+
     def roles(self) -> set[str]:
         """Model roles the engine needs besides the policy."""
         return set()
@@ -90,6 +93,8 @@ class Engine(Component):
 
     @property
     def settings(self) -> EngineSetup:
+        if self._setup is None:
+            raise RuntimeError(f"engine {self.registry_name!r} was not set up: call setup(EngineSetup(...)) first")
         return self._setup
 
     def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
