@@ -83,3 +83,18 @@ def test_components_declare_every_input_they_read():
         for name, cls in registry:
             read = set(re.findall(r'extras\["(\w+)"\]', inspect.getsource(cls)))
             assert read <= cls().needs() | set(cls.requires), (registry.kind, name, read - cls().needs())
+
+
+def test_an_input_nobody_provides_is_refused_at_validation(tiny):
+    from polo.core.losses.base import PolicyLoss
+    from polo.core.registry import ConfigError
+
+    class NeedsGhost(PolicyLoss):
+        requires = frozenset({"old_logp", "ghost_input"})
+
+    POLICY_LOSSES.register("needs_ghost")(NeedsGhost)
+    try:
+        with pytest.raises(ConfigError, match=r"policy_loss needs_ghost need\(s\) input\(s\) \['ghost_input'\]"):
+            load_recipe("grpo", [*tiny, "policy_loss={name: needs_ghost}"])
+    finally:
+        del POLICY_LOSSES._registered["needs_ghost"]
