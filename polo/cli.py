@@ -76,7 +76,7 @@ def cmd_sft(args) -> int:
 
 def cmd_eval(args) -> int:
     from polo.tasks import build_task
-    from polo.train.checkpoint import latest_checkpoint, load_checkpoint
+    from polo.train.checkpoint import latest_checkpoint, load_weights
     from polo.train.config import load_recipe
     from polo.train.evaluate import accuracy
     from polo.train.trainer import load_policy, max_new_tokens, set_threads
@@ -89,7 +89,7 @@ def cmd_eval(args) -> int:
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise SystemExit(f"{run} has no checkpoint")
-    policy.load_state_dict(load_checkpoint(ckpt)[0]["policy"])
+    policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
     test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
     n_new = max_new_tokens(recipe, task)
     result = {
@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     from polo.core.registry import ConfigError
     from polo.tasks import load_plugin
+    from polo.train.checkpoint import CheckpointError
+    from polo.train.trainer import NonFiniteError
 
     for plugin in args.plugin:
         load_plugin(plugin)
@@ -186,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
+    except (CheckpointError, NonFiniteError) as err:
+        console.print(f"[red]error:[/red] {err}")
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 class Component(BaseModel):
     """Base class of every registered component; fields are hyperparameters."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True,
+                              allow_inf_nan=False)
 
     paper: ClassVar[str] = ""
     """The publication the component implements, as ``"Title (arXiv:XXXX.XXXXX)"`` (empty when none)."""

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class LoraConfig(BaseModel):
     """``r = 0`` disables LoRA (full fine-tuning)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     r: int = 0
     alpha: int = 16

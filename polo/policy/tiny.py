@@ -13,7 +13,7 @@ ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config
 class TinyModelConfig(BaseModel):
     """Size of the built-in model (a few hundred thousand parameters by default)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     arch: Literal["llama", "qwen2"] = "llama"
     hidden_size: int = 128

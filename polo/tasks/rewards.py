@@ -165,6 +165,11 @@ def score(
         out = fn(prompts=prompts, completions=list(completions), **columns)
         values.append(_checked(spec.name, fn, out, len(examples)))
     table = torch.tensor(values, dtype=torch.float32).reshape(len(specs), len(examples))
+    overflow = ~torch.isfinite(table)
+    if overflow.any():  # finite in float64, beyond float32's ±3.4e38
+        k, i = (int(x) for x in overflow.nonzero()[0])
+        raise ValueError(f"reward {specs[k].name!r} returned {values[k][i]!r}, which overflows float32 "
+                         f"(|value| must stay below 3.4e38)")
     weights = torch.tensor([s.weight for s in specs], dtype=torch.float32)
     return table.T.contiguous(), tuple(s.name for s in specs), weights
 

@@ -21,13 +21,14 @@ from polo.policy.roles import ROLES
 from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.tasks.rewards import RewardSpec
 from polo.train.inputs import plan_inputs
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Model(Section):
@@ -115,6 +116,9 @@ class Loop(Section):
     replay_steps: int = Field(0, ge=0)
     """Also train on the batches of the last ``replay_steps`` steps (stale samples keep their own
     behaviour log-probs and advantages; R²VPO)."""
+    max_nonfinite_skips: int = Field(3, ge=0)
+    """Optimizer steps with a non-finite loss or gradient are skipped; the run stops with an error once more
+    than this many were skipped (the last checkpoint, written before, stays clean)."""
 
 
 class Recipe(Section):
@@ -149,6 +153,13 @@ class Recipe(Section):
         components = build_components(self)
         plan_inputs(self, components)
         check_whole_groups(self, components)
+        for name in self.roles:
+            build_role(self, name)
+        for i, spec in enumerate(self.rewards or []):
+            try:
+                RewardSpec.of(spec)
+            except ConfigError as err:
+                raise ConfigError(f"rewards[{i}]: {err}") from None
         return self
 
 

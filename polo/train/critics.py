@@ -37,11 +37,16 @@ class Critics:
             stats[f"loss/{name}"] = float(loss.detach())
         return stats
 
-    def step(self) -> None:
+    def step(self) -> int:
+        """One optimizer step per critic; a critic whose gradient is not finite skips it. Returns the skips."""
+        skipped = 0
         for _, _, model, optimizer in self.members:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
-            optimizer.step()
+            if math.isfinite(float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip))):
+                optimizer.step()
+            else:
+                skipped += 1
             optimizer.zero_grad(set_to_none=True)
+        return skipped
 
     def weights(self) -> dict[str, dict]:
         return {name: model.state_dict() for name, _, model, _ in self.members}

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from polo.core.batch import concat_batches
+from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
 from polo.policy.policy import Policy
 from polo.rollout.engine import EngineSetup
@@ -37,6 +38,10 @@ from polo.train.schedule import lr_multiplier
 from polo.train.stats import advantage_diagnostics, rollout_metrics
 from polo.train.update import LossTerms, Updater, UpdateSettings
 from polo.train.warm_start import ensure_warm_start
+
+
+class NonFiniteError(RuntimeError):
+    """Too many optimizer steps had a non-finite loss or gradient; the run stops, its last checkpoint clean."""
 
 
 def load_policy(recipe: Recipe, task, log=print) -> Policy:
@@ -102,6 +107,7 @@ class Trainer:
         self.updater = Updater(self.policy, self.optimizer, terms, self.critics, settings, self.shuffle_generator,
                                c.get("optimizer_hook"))
         self.replay: list = []
+        self.nonfinite_skips = 0
         self.step_count = 0
         self.elapsed = 0.0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
@@ -124,7 +130,8 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
             "components": {name: comp.state_dict() for name, comp in self.components.items()},
-            "replay": self.replay,
+            "replay": [{f.name: getattr(b, f.name) for f in fields(b)} for b in self.replay],
+            "nonfinite_skips": self.nonfinite_skips,
         }
         return weights, state
 
@@ -151,7 +158,8 @@ class Trainer:
         for name, comp in self.components.items():
             comp.load_state_dict(state["components"][name])
         self.kl.load_state_dict(state["kl"])
-        self.replay = state["replay"]
+        self.replay = [RolloutBatch(**fields_) for fields_ in state["replay"]]
+        self.nonfinite_skips = state["nonfinite_skips"]
         self.step_count, self.elapsed = state["step"], state["elapsed"]
         self.metrics.truncate_after(self.step_count)
 
@@ -195,6 +203,12 @@ class Trainer:
         t = time.perf_counter()
         frozen = self.critics.policy_frozen(self.step_count)
         row.update(self.updater.run(concat_batches([trained, *self.replay]), self.kl.loss, frozen))
+        self.nonfinite_skips += row["optim/skipped_nonfinite"]
+        if self.nonfinite_skips > r.train.max_nonfinite_skips:
+            raise NonFiniteError(f"step {self.step_count + 1}: {self.nonfinite_skips} optimizer steps had a "
+                                 f"non-finite loss or gradient (more than train.max_nonfinite_skips="
+                                 f"{r.train.max_nonfinite_skips}); stopped, the last checkpoint in "
+                                 f"{self.run_dir / 'checkpoints'} is untouched")
         if r.train.replay_steps:
             self.replay = [trained, *self.replay][: r.train.replay_steps]
         timings["update"] = time.perf_counter() - t

@@ -57,7 +57,8 @@ def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -
     return [rows for rows in torch.tensor_split(order, bounds) if len(rows)]
 
 
-def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1, whole_groups: bool = False) -> list[torch.Tensor]:
+def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1,
+                  whole_groups: bool = False) -> list[torch.Tensor]:
     """Row indices of consecutive micro-batches of ``size`` rows (None: ``parts`` equal parts). With
     ``whole_groups`` (rows of a group are contiguous) each group goes to the micro-batch where it starts, so
     no group is split; a micro-batch then holds ``size`` rows when every group has a size dividing it."""
@@ -81,7 +82,10 @@ def _flat_grad(params) -> torch.Tensor:
 
 class Updater:
     """The optimizer's inner loop over one batch: the policy's loss terms, the critics, the optimizer step
-    (``gradient_hook``: a learning-rate factor from K gradient estimates per step, e.g. OBLR-PO's SNR)."""
+    (``gradient_hook``: a learning-rate factor from K gradient estimates per step, e.g. OBLR-PO's SNR).
+
+    An optimizer step whose gradient norm is not finite (a NaN or inf loss, gradient or advantage) is skipped,
+    for the policy and for each critic alike, and counted in ``optim/skipped_nonfinite``."""
 
     def __init__(self, policy, optimizer: torch.optim.Optimizer, terms: LossTerms, critics: Critics,
                  settings: UpdateSettings, generator: torch.Generator, gradient_hook: OptimizerHook | None = None):
@@ -100,6 +104,7 @@ class Updater:
         sums: dict[str, float] = {}
         weight_total = 0.0
         grad_norms, lr_factors = [], []
+        skipped = 0
         skip_inert = self.skips_inert_rows(kl_coef, policy_frozen)
         self.policy.train()
         for _ in range(s.epochs):
@@ -127,14 +132,20 @@ class Updater:
                     for k, v in stats.items():
                         sums[k] = sums.get(k, 0.0) + w * v
                 if not policy_frozen:
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip or math.inf)))
-                    factor = self.hook.lr_factor(torch.stack(estimates)) if self.hook and len(estimates) > 1 else 1.0
-                    lr_factors.append(factor)
-                    self.optimizer_step(factor)
+                    norm = float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip or math.inf))
+                    if math.isfinite(norm):
+                        grad_norms.append(norm)
+                        several = self.hook is not None and len(estimates) > 1
+                        factor = self.hook.lr_factor(torch.stack(estimates)) if several else 1.0
+                        lr_factors.append(factor)
+                        self.optimizer_step(factor)
+                    else:  # a non-finite loss or gradient never reaches the weights
+                        skipped += 1
                 self.optimizer.zero_grad(set_to_none=True)
-                self.critics.step()
+                skipped += self.critics.step()
         self.policy.eval()
         out = {k: v / max(weight_total, 1e-9) for k, v in sums.items()}
+        out["optim/skipped_nonfinite"] = skipped
         if grad_norms:
             out["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
         if self.hook is not None and lr_factors:
