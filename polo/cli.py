@@ -35,16 +35,23 @@ def _progress_bar(total: int, start: int):
 
 
 def cmd_train(args) -> int:
+    from polo.core.registry import ConfigError
     from polo.train.config import load_recipe
     from polo.train.trainer import Trainer, resume
 
     if args.resume:
-        trainer = resume(Path(args.resume), _log)
+        extra = [args.recipe] if args.recipe else []
+        if any("=" not in e for e in extra) or args.run_dir:
+            raise ConfigError("polo train --resume RUN takes no recipe and no --run-dir: the run's config.yaml is "
+                              "its recipe (only train.steps=N and train.max_minutes=M may extend it)")
+        trainer = resume(Path(args.resume), _log, [*extra, *args.overrides])
     else:
         if not args.recipe:
             raise SystemExit("polo train: give a RECIPE or --resume RUN")
         recipe = load_recipe(args.recipe, args.overrides)
         run_dir = Path(args.run_dir or Path(recipe.output_dir) / f"{recipe.name}_s{recipe.seed}_{time.strftime('%Y%m%d-%H%M%S')}")
+        if run_dir.exists() and not run_dir.is_dir():
+            raise ConfigError(f"--run-dir {str(run_dir)!r} is a file, not a folder")
         trainer = Trainer(recipe, run_dir, _log)
     _log(f"run folder: {trainer.run_dir}")
     bar, update = _progress_bar(trainer.recipe.train.steps, trainer.step_count)
@@ -179,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from polo.core.registry import ConfigError
     from polo.tasks import load_plugin
     from polo.train.checkpoint import CheckpointError
+    from polo.train.lock import LockedError
     from polo.train.trainer import NonFiniteError
 
     for plugin in args.plugin:
@@ -188,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         console.print(f"[red]error:[/red] {err}")
         return 2
-    except (CheckpointError, NonFiniteError) as err:
-        console.print(f"[red]error:[/red] {err}")
+    except (CheckpointError, NonFiniteError, LockedError) as err:
+        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
         return 1
 
 

@@ -25,8 +25,9 @@ from polo.arena.pool import Job, run_jobs
 from polo.arena.spec import Arena, RunSpec
 from polo.core.registry import ConfigError
 from polo.train.checkpoint import latest_checkpoint
+from polo.train.config import config_changes, resolved_tree
 from polo.train.metrics import read_metrics
-from polo.train.warm_start import cache_root, warm_start_key
+from polo.train.warm_start import cache_root, verify_entry, warm_start_key
 
 DONE = "DONE"
 
@@ -49,27 +50,15 @@ def mark_done(path: Path) -> None:
     os.replace(tmp, path / DONE)
 
 
-def _flat(tree, prefix: str = "") -> dict[str, object]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, object] = {}
-    for k, v in tree.items():
-        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
 def check_same_config(run: RunSpec, path: Path) -> None:
-    """Refuse to skip or resume a run folder that was made with a different configuration (keys that only
-    one side has, from a newer or older polo, are not compared)."""
+    """Refuse to skip or resume a run folder that was made with a different configuration (every setting of
+    the resolved recipe is compared, so a folder from a polo with other settings is refused too)."""
     config = path / "config.yaml"
     if not config.is_file():
         return
-    have = _flat(yaml.safe_load(config.read_text()))
-    want = _flat(run.load().model_dump(mode="json"))
-    diff = sorted(k for k in have.keys() & want.keys() if have[k] != want[k])
-    if diff:
-        shown = ", ".join(f"{k}: {have.get(k)!r} -> {want.get(k)!r}" for k in diff[:5])
-        raise ConfigError(f"{path} was trained with another configuration ({shown}); "
+    changes = config_changes(yaml.safe_load(config.read_text()) or {}, resolved_tree(run.load()), allowed=())
+    if changes:
+        raise ConfigError(f"{path} was trained with another configuration ({'; '.join(changes[:5])}); "
                           f"use another --out folder or delete that run folder")
 
 
@@ -108,7 +97,7 @@ def warm_start_jobs(runs: list[RunSpec], out: Path, plugins: list[str]) -> list[
         if recipe.model.path:
             continue
         key = warm_start_key(recipe)
-        if key in jobs or (cache_root() / "warm_start" / key / "config.json").exists():
+        if key in jobs or verify_entry(cache_root() / "warm_start" / key) is None:
             continue
         jobs[key] = Job(f"sft_{key} (seed {run.seed})", polo_argv(plugins, "sft", run.recipe, *run.overrides),
                         Path(out) / "logs" / f"sft_{key}.log")

@@ -8,6 +8,7 @@ provider can supply, and a micro-batch size that would split the groups a compon
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -122,7 +123,8 @@ class Loop(Section):
 
 
 class Recipe(Section):
-    name: str = "custom"
+    name: str = Field("custom", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$", max_length=100)
+    """Names the run folder (``output_dir/NAME_sSEED_TIME``): letters, digits and ``_.+-``, no path parts."""
     description: str = ""
     seed: int = 0
     task: dict[str, Any] = {"name": "addition"}
@@ -293,3 +295,43 @@ def resolved_tree(recipe: Recipe) -> dict[str, Any]:
 
 def dump_recipe(recipe: Recipe) -> str:
     return yaml.safe_dump(resolved_tree(recipe), sort_keys=False)
+
+
+EXTENDABLE = ("train.steps", "train.max_minutes")
+"""Keys a resumed run may change (``polo train --resume RUN train.steps=600`` extends a finished run)."""
+
+
+def save_config(recipe: Recipe, run_dir: Path) -> None:
+    """Write ``run_dir/config.yaml`` atomically (a temporary file renamed into place)."""
+    path = Path(run_dir) / "config.yaml"
+    tmp = path.with_name(f".config.yaml.tmp{os.getpid()}")
+    tmp.write_text(dump_recipe(recipe))
+    os.replace(tmp, path)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: tree}
+
+
+def config_changes(trained: dict, now: dict, allowed: tuple[str, ...] = EXTENDABLE) -> list[str]:
+    """``key: old → new`` for every setting of ``now`` that differs from ``trained`` (both ``resolved_tree``s),
+    except the ``allowed`` keys."""
+    old, new = _flatten(trained), _flatten(now)
+    return [f"{k}: {old.get(k, '(absent)')!r} → {new.get(k, '(absent)')!r}" for k in sorted(old.keys() | new.keys())
+            if k not in allowed and old.get(k, ...) != new.get(k, ...)]
+
+
+def load_run_config(run_dir: Path, overrides: list[str] = ()) -> Recipe:
+    """A run's recipe from its config.yaml, with only ``EXTENDABLE`` overrides allowed; an empty or missing
+    config.yaml is an error, never the default recipe."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file() or not path.read_text().strip():
+        raise ConfigError(f"{path} is {'empty' if path.is_file() else 'missing'}: the run's configuration is lost, "
+                          f"so it cannot be resumed; start a new run")
+    refused = [key for key, _ in parse_overrides(list(overrides)) if key not in EXTENDABLE]
+    if refused:
+        raise ConfigError(f"polo train --resume changes only {', '.join(EXTENDABLE)}; refused: {', '.join(refused)} "
+                          f"(start a new run to change anything else)")
+    return load_recipe(path, overrides)

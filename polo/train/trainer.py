@@ -20,18 +20,22 @@ import torch
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
+from polo.core.registry import ConfigError
 from polo.policy.policy import Policy
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec
-from polo.train.checkpoint import latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
-from polo.train.config import Recipe, build_components, build_role, dump_recipe
+from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
+                                   save_checkpoint)
+from polo.train.config import (Recipe, build_components, build_role, config_changes, load_run_config, resolved_tree,
+                               save_config)
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
 from polo.train.evaluate import accuracy
 from polo.train.inputs import plan_inputs, provide_inputs
 from polo.train.kl_control import KlCoefficients
+from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
 from polo.train.schedule import lr_multiplier
@@ -132,6 +136,7 @@ class Trainer:
             "components": {name: comp.state_dict() for name, comp in self.components.items()},
             "replay": [{f.name: getattr(b, f.name) for f in fields(b)} for b in self.replay],
             "nonfinite_skips": self.nonfinite_skips,
+            "config": resolved_tree(self.recipe),
         }
         return weights, state
 
@@ -142,7 +147,13 @@ class Trainer:
         return path
 
     def restore(self, path: Path) -> None:
+        """Continue from checkpoint ``path``; refused when the recipe differs from the one the run was trained
+        with (except ``EXTENDABLE`` keys), naming each differing key."""
         weights, state = load_checkpoint(path)
+        changed = config_changes(state["config"], resolved_tree(self.recipe))
+        if changed:
+            raise ConfigError(f"{self.run_dir / 'config.yaml'} differs from the configuration this run was trained "
+                              f"with: {'; '.join(changed)}; put it back or start a new run")
         self.policy.load_state_dict(weights["policy"])
         self.critics.load(weights, state["critic_optimizers"])
         for name, role in self.roles.items():
@@ -260,9 +271,14 @@ class Trainer:
         return {"eval/greedy_accuracy": acc, "time/eval": time.perf_counter() - t}
 
     def run(self, progress=None) -> list[dict]:
-        r = self.recipe
+        """Train to ``train.steps`` (or the time budget), holding the run folder's lock: one writer per folder."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(dump_recipe(r))
+        with RunLock(self.run_dir):
+            return self._run(progress)
+
+    def _run(self, progress=None) -> list[dict]:
+        r = self.recipe
+        save_config(r, self.run_dir)
         if self.step_count == 0:
             self.metrics.truncate_after(-1)
             self.metrics.write({"step": 0, **self.before_training(), **self.evaluate()})
@@ -286,15 +302,14 @@ class Trainer:
         return self.metrics.read()
 
 
-def resume(run_dir: Path, log=print) -> Trainer:
-    """Rebuild the trainer from ``run_dir/config.yaml`` and its last checkpoint."""
-    from polo.train.config import load_recipe
-
-    recipe = load_recipe(Path(run_dir) / "config.yaml")
+def resume(run_dir: Path, log=print, overrides: list[str] = ()) -> Trainer:
+    """Rebuild the trainer from ``run_dir/config.yaml`` and its last checkpoint; ``overrides`` may only extend
+    the run (``train.steps``, ``train.max_minutes``)."""
+    recipe = load_run_config(run_dir, overrides)
     trainer = Trainer(recipe, run_dir, log)
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
-        raise FileNotFoundError(f"{run_dir} has no checkpoint to resume from; start it again instead")
+        raise CheckpointError(f"{run_dir} has no checkpoint to resume from; start it again instead")
     trainer.restore(ckpt)
     log(f"resumed {run_dir} at step {trainer.step_count}")
     return trainer

@@ -3,7 +3,13 @@
 RL needs a policy that is right sometimes: the built-in model is trained for a short supervised phase
 (cross-entropy on the demonstration tokens only) on a limited set of training problems, which leaves it
 with non-trivial but imperfect held-out accuracy. The result is cached under ``$POLO_CACHE`` (default
-``~/.cache/polo``), keyed by everything that determines it.
+``~/.cache/polo``), keyed by everything that determines it, including the contents of the task's files.
+
+A cache entry is a ``save_pretrained`` folder with ``manifest.json`` (each file's size and sha256), written
+last; an entry is used only if every listed file matches, otherwise (missing manifest, as in entries of
+older polo, a truncated or edited file, a missing file) it is rebuilt with a log line saying why. Building
+happens under a blocking ``RunLock`` per entry, so concurrent processes build it once: the others wait,
+then find it cached. The finished folder is moved into place with an atomic rename.
 """
 from __future__ import annotations
 
@@ -20,19 +26,56 @@ from polo.policy.tiny import build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
 from polo.tasks.base import Task
 from polo.train.config import Recipe
+from polo.train.lock import RunLock
+from polo.train.manifest import file_sha256, verify_manifest, write_manifest
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("POLO_CACHE", Path.home() / ".cache" / "polo"))
 
 
+def task_files(config: object) -> dict[str, str]:
+    """``{value: sha256}`` for every string in the task config (at any depth of dicts and lists) that
+    names an existing file, relative paths from the working directory as tasks read them."""
+    found: dict[str, str] = {}
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and value and value not in found:
+            try:
+                path = Path(value).expanduser()
+                if path.is_file():
+                    found[value] = file_sha256(path)
+            except (OSError, ValueError):  # not a usable path (too long, NUL byte, unreadable)
+                pass
+
+    walk(config)
+    return found
+
+
 def warm_start_key(recipe: Recipe) -> str:
-    blob = json.dumps(
-        {"task": recipe.task, "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
-         "seed": recipe.seed, "version": 2},
-        sort_keys=True,
-    )
+    """Hash of everything that determines the warm start: the task config, the contents (sha256) of
+    every file it names (the rule: any string value of ``recipe.task``, at any depth, that is a path to an
+    existing file, e.g. the ``jsonl`` task's ``path``), the built-in model's shape, the warm-start
+    settings and the seed. Editing a task's data file therefore gives a new key, and a new warm start."""
+    tree = {"task": recipe.task, "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
+            "seed": recipe.seed, "version": 2}
+    files = task_files(recipe.task)
+    if files:  # only then: tasks without files keep their keys (old entries are verified, then rebuilt)
+        tree["files"] = files
+    blob = json.dumps(tree, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def verify_entry(folder: Path) -> str | None:
+    """None if the cache entry is complete and intact (its manifest verifies and lists config.json), else why
+    not (for a log line)."""
+    return verify_manifest(folder, required=("config.json",))
 
 
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
@@ -74,22 +117,36 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
 
 
 def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
-    """Path of the warm-started built-in model for this recipe, training it first if not cached."""
-    target = cache_root() / "warm_start" / warm_start_key(recipe)
-    if (target / "config.json").exists():
+    """Path of the warm-started built-in model for this recipe, training it first if it is not cached or
+    its cache entry fails verification (then it is rebuilt, with a log line saying why)."""
+    key = warm_start_key(recipe)
+    target = cache_root() / "warm_start" / key
+    if verify_entry(target) is None:
         return target
-    torch.manual_seed(recipe.seed)
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(recipe.model.tiny, tokenizer)
-    policy = Policy(model, tokenizer)
-    log(f"warm start: training the built-in model ({sum(p.numel() for p in model.parameters()):,} parameters)")
-    supervised_finetune(policy, task, recipe, log)
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    policy.save(tmp)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.replace(tmp, target)
-    except OSError:  # another process cached it first
+    with RunLock(target, wait=True, lock_path=target.parent / f"{key}.lock", log=log):
+        problem = verify_entry(target)  # again: whoever held the lock may have just built it
+        if problem is None:
+            return target
+        if problem != "missing":
+            log(f"warm start: cache entry {target} is {problem}; rebuilding it")
+        torch.manual_seed(recipe.seed)
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(recipe.model.tiny, tokenizer)
+        policy = Policy(model, tokenizer)
+        log(f"warm start: training the built-in model ({sum(p.numel() for p in model.parameters()):,} parameters)")
+        supervised_finetune(policy, task, recipe, log)
+        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
+        policy.save(tmp)
+        write_manifest(tmp)  # last: an entry without one is incomplete
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.exists():  # the bad entry: moved aside first, a rename cannot replace a non-empty folder
+            bad = target.with_name(target.name + f".bad{os.getpid()}")
+            shutil.rmtree(bad, ignore_errors=True)
+            os.replace(target, bad)
+            shutil.rmtree(bad, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process (an older polo, without the lock) cached it first
+            shutil.rmtree(tmp, ignore_errors=True)
     return target

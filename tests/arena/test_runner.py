@@ -3,12 +3,15 @@ import json
 import sys
 
 import pytest
+import torch
 
 from polo.arena import load_arena
 from polo.arena.pool import Job, run_jobs
 from polo.arena.runner import DONE, plan_runs, run_dir, train_job, warm_start_jobs
 from polo.core.registry import ConfigError
+from polo.train.checkpoint import save_checkpoint
 from polo.train.config import dump_recipe
+from polo.train.manifest import write_manifest
 from polo.train.warm_start import warm_start_key
 
 from .helpers import write_arena
@@ -25,7 +28,7 @@ def test_plan_skips_done_resumes_checkpointed_and_starts_the_rest(tmp_path):
         path.mkdir(parents=True)
         (path / "config.yaml").write_text(dump_recipe(run.load()))
     (done / DONE).write_text("{}")
-    (ckpt / "checkpoints" / "step_000002").mkdir(parents=True)
+    save_checkpoint(ckpt, 2, {"policy": {"w": torch.zeros(2)}}, {"step": 2})
     empty.mkdir(parents=True)
     plan = plan_runs(arena, out)
     assert [r.name for r in plan.skip] == ["grpo_s0"]
@@ -53,6 +56,8 @@ def test_one_warm_start_per_distinct_uncached_model(tmp_path, monkeypatch):
     cached = tmp_path / "cache" / "warm_start" / warm_start_key(arena.runs[0].load())
     cached.mkdir(parents=True)
     (cached / "config.json").write_text("{}")
+    assert len(warm_start_jobs(list(arena.runs), tmp_path / "out", [])) == 4  # no manifest: not a cached entry
+    write_manifest(cached)
     assert len(warm_start_jobs(list(arena.runs), tmp_path / "out", [])) == 3
 
 

@@ -11,6 +11,7 @@ from polo.cli import main
 from polo.core.registry import ConfigError
 from polo.tasks import register_reward
 from polo.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint
+from polo.train.manifest import write_manifest
 from polo.train.config import load_recipe
 from polo.train.trainer import NonFiniteError, Trainer
 
@@ -76,6 +77,7 @@ def test_a_crafted_state_pickle_is_refused_without_running_code(tiny, tmp_path):
     marker = tmp_path / "pwned"
     with open(ckpt / "trainer_state.pt", "wb") as f:
         pickle.dump({"step": Exploit(marker)}, f)
+    write_manifest(ckpt)  # an attacker who forges the manifest too: the checkpoint verifies, its state is refused
     with pytest.raises(CheckpointError, match="objects other than tensors and plain data"):
         load_checkpoint(ckpt)
     assert main(["train", "--resume", str(run_dir)]) == 1  # one line naming the file, no traceback
