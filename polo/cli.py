@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -82,6 +83,7 @@ def cmd_sft(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from polo.core.registry import ConfigError
     from polo.tasks import build_task
     from polo.train.checkpoint import latest_checkpoint, load_weights
     from polo.train.config import load_recipe
@@ -89,13 +91,17 @@ def cmd_eval(args) -> int:
     from polo.train.trainer import load_policy, max_new_tokens, set_threads
 
     run = Path(args.run)
+    if not (run / "config.yaml").is_file():
+        raise ConfigError(f"{run} is not a run folder (no config.yaml)")
+    if args.size is not None and args.size < 1:
+        raise ConfigError(f"--size must be at least 1, got {args.size}")
     recipe = load_recipe(run / "config.yaml")
     set_threads(recipe)
     task = build_task(recipe.task)
     policy = load_policy(recipe, task, _log)
     ckpt = latest_checkpoint(run)
     if ckpt is None:
-        raise SystemExit(f"{run} has no checkpoint")
+        raise ConfigError(f"{run} has no checkpoint that verifies")
     policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
     test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
     n_new = max_new_tokens(recipe, task)
@@ -189,17 +195,24 @@ def main(argv: list[str] | None = None) -> int:
     from polo.train.lock import LockedError
     from polo.train.trainer import NonFiniteError
 
-    for plugin in args.plugin:
-        load_plugin(plugin)
     try:
+        for plugin in args.plugin:
+            load_plugin(plugin)
         return args.func(args)
     except ConfigError as err:
-        console.print(f"[red]error:[/red] {err}")
-        return 2
-    except (CheckpointError, NonFiniteError, LockedError) as err:
-        console.print(f"[red]error:[/red] {err}", soft_wrap=True)
-        return 1
+        return _fail(err, 2)
+    except (CheckpointError, NonFiniteError, LockedError, FileNotFoundError) as err:
+        return _fail(err, 1)
 
+
+def _fail(err: Exception, code: int) -> int:
+    """One line on stderr for an error the user can fix (``POLO_DEBUG=1``: the traceback instead)."""
+    if os.environ.get("POLO_DEBUG"):
+        raise err
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(' '.join(str(err).split()))}", soft_wrap=True, highlight=False)
+    return code
 
 if __name__ == "__main__":
     sys.exit(main())

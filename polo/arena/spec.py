@@ -29,11 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from polo.core.registry import ConfigError
-from polo.train.config import Recipe, Section, load_recipe, resolve_shipped, validation_message
+from polo.train.config import Recipe, Section, load_recipe, read_yaml_mapping, resolve_shipped, validation_message
 
 ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
@@ -157,9 +156,7 @@ def resolve_arena_path(arena: str | Path) -> Path:
 def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
     """Read and validate an arena file; ``overrides`` (key=value) apply to every run, after all others."""
     path = resolve_arena_path(arena)
-    tree = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{path}: an arena file must be a YAML mapping")
+    tree = read_yaml_mapping(path, "an arena file")
     try:
         spec = ArenaFile.model_validate(tree)
     except ValidationError as err:

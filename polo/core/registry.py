@@ -44,6 +44,10 @@ class Component(BaseModel):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    def check_with(self, components: dict[str, Any]) -> None:
+        """Raise a ValueError when this component cannot work with the run's other ``components`` (checked when
+        the recipe is validated, before any model is built)."""
+
     def before_training(self, context) -> dict[str, float]:
         """Hook once before the first step of a new run (not on resume: the state it sets is checkpointed);
         ``context`` is a ``polo.core.context.TrainingContext``. Returns metrics."""

@@ -11,9 +11,9 @@ class LoraConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    r: int = 0
-    alpha: int = 16
-    dropout: float = 0.0
+    r: int = Field(0, ge=0)
+    alpha: int = Field(16, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
@@ -16,11 +16,18 @@ class TinyModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     arch: Literal["llama", "qwen2"] = "llama"
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 512
-    max_position_embeddings: int = 64
+    hidden_size: int = Field(128, gt=0)
+    num_layers: int = Field(2, gt=0)
+    num_heads: int = Field(4, gt=0)
+    intermediate_size: int = Field(512, gt=0)
+    max_position_embeddings: int = Field(64, gt=0)
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "TinyModelConfig":
+        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(f"hidden_size={self.hidden_size} must split into num_heads={self.num_heads} heads of an "
+                             f"even size (rotary embeddings)")
+        return self
 
 
 def build_tiny_model(cfg: TinyModelConfig, tokenizer) -> PreTrainedModel:

@@ -96,11 +96,13 @@ class SPOPriority(PromptSampler):
     candidates: float = Field(4.0, ge=1.0)
     requires = frozenset({"prompt_index"})
 
+    def check_with(self, components: dict) -> None:
+        if not hasattr(components["advantage"], "sampling_weights"):
+            raise ValueError(f"prompt_sampler spo_priority needs an advantage with sampling_weights (spo_tracker), "
+                             f"got {components['advantage'].registry_name!r}")
+
     def collect(self, stream, generate, n_prompts, generator, components):
         tracker = components["advantage"]
-        if not hasattr(tracker, "sampling_weights"):
-            raise ValueError(f"sampler spo_priority needs an advantage with sampling_weights (spo_tracker), "
-                             f"got {tracker.registry_name!r}")
         examples, index = stream.next(int(n_prompts * self.candidates))
         weights = tracker.sampling_weights(torch.tensor(index)).double()
         pick = torch.multinomial(weights, n_prompts, replacement=False, generator=generator).tolist()

@@ -44,13 +44,24 @@ def _example(row: object, where: str, keys: set[str] | None) -> Example:
     return Example(prompt, str(answer), columns)
 
 
+MAX_ROW_BYTES = 1_000_000
+"""A JSONL row larger than this is refused (a prompt and answer of a verifiable task are far smaller)."""
+
+
 def read_jsonl(path: Path) -> list[Example]:
     """The examples of a JSONL file; errors name the file and line."""
     if not path.is_file():
         raise ConfigError(f"task.path: no such file {str(path)!r}")
     rows: list[Example] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            if len(raw) > MAX_ROW_BYTES:
+                raise ConfigError(f"{path}:{number}: a row of {len(raw):,} bytes; rows are limited to "
+                                  f"{MAX_ROW_BYTES:,} bytes")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ConfigError(f"{path}:{number}: not UTF-8 (byte {err.start} of the row)") from None
             if not line.strip():
                 continue
             try:

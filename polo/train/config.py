@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -84,7 +84,7 @@ class Kl(Section):
 
 class Optim(Section):
     lr: float = Field(5e-4, gt=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float | None = Field(1.0, gt=0)
     schedule: Literal["constant", "linear", "cosine"] = "constant"
@@ -157,6 +157,8 @@ class Recipe(Section):
         check_whole_groups(self, components)
         for name in self.roles:
             build_role(self, name)
+        for component in components.values():
+            component.check_with(components)
         for i, spec in enumerate(self.rewards or []):
             try:
                 RewardSpec.of(spec)
@@ -218,13 +220,34 @@ def _set_path(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
+def read_yaml_mapping(path: Path, kind: str) -> dict:
+    """A YAML file that must hold a mapping (a recipe, an arena file); every problem is one ConfigError line
+    naming the file (and the line of a syntax error)."""
+    try:
+        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    tree = {} if tree is None else tree
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: {kind} must be a YAML mapping")
+    return tree
+
+
 def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     parsed = []
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r}: expected key.sub=value")
         key, raw = item.split("=", 1)
-        parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+        try:
+            parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+        except yaml.YAMLError:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML") from None
     return parsed
 
 
@@ -264,9 +287,7 @@ def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
         tree = dict(recipe)
     else:
         path = resolve_recipe_path(recipe)
-        tree = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(tree, dict):
-            raise ConfigError(f"{path}: a recipe must be a YAML mapping")
+        tree = read_yaml_mapping(path, "a recipe")
     for key, value in parse_overrides(list(overrides)):
         _set_path(tree, key, value)
     try:

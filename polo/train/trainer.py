@@ -25,7 +25,7 @@ from polo.policy.policy import Policy
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import build_task
-from polo.tasks.rewards import RewardSpec
+from polo.tasks.rewards import RewardSpec, resolve_reward
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
 from polo.train.config import (Recipe, build_components, build_role, config_changes, load_run_config, resolved_tree,
@@ -74,6 +74,8 @@ class Trainer:
         self.task = build_task(recipe.task)
         specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
         self.reward_specs = [RewardSpec.of(s) for s in specs]
+        for spec in self.reward_specs:  # an unknown reward fails here, before any model is loaded or trained
+            resolve_reward(self.task, spec.name)
         policy = load_policy(recipe, self.task, log)
         self.components = c = build_components(recipe)
         self.engine, self.advantage = c["engine"], c["advantage"]
