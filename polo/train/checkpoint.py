@@ -25,7 +25,7 @@ from polo.train.manifest import verify_manifest, write_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_PREFIX = ".tmp_step_"
-"""Written last into every checkpoint: each other file's size in bytes and sha256, checked before a resume."""
+"""A checkpoint is written under ``.tmp_step_NNNNNN_PID`` and renamed into place when complete."""
 
 
 class CheckpointError(RuntimeError):
@@ -113,12 +113,15 @@ def latest_checkpoint(run_dir: Path, log: Callable[[str], Any] | None = None) ->
     return None
 
 
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0] if str(err) else ""
+
+
 def _load_safetensors(f: Path) -> dict[str, torch.Tensor]:
     try:
         return load_file(str(f))
     except Exception as err:  # noqa: BLE001 - safetensors raises several types for a damaged file
-        first = str(err).splitlines()[0] if str(err) else ""
-        raise CheckpointError(f"{f} is corrupt or truncated: {type(err).__name__}: {first}") from None
+        raise CheckpointError(f"{f} is corrupt or truncated: {type(err).__name__}: {_first_line(err)}") from None
 
 
 def load_weights(path: Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -135,14 +138,14 @@ def load_checkpoint(path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dic
     try:
         state = torch.load(state_file, weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).splitlines()[0] if str(err) else ""
+        first = _first_line(err)
         if "weights only" in str(err).lower() or "weights_only" in str(err).lower():
             raise CheckpointError(f"{state_file} holds objects other than tensors and plain data, "
                                   f"refused without running them (was it written by polo?): {first}") from None
         raise CheckpointError(f"{state_file} is corrupt: UnpicklingError: {first}") from None
     except Exception as err:  # noqa: BLE001 - truncated zip, bad magic number, EOF ...
-        first = str(err).splitlines()[0] if str(err) else ""
-        raise CheckpointError(f"{state_file} is corrupt or truncated: {type(err).__name__}: {first}") from None
+        raise CheckpointError(f"{state_file} is corrupt or truncated: {type(err).__name__}: "
+                              f"{_first_line(err)}") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{state_file} is corrupt: holds a {type(state).__name__}, not the trainer state")
     return load_weights(path), state

@@ -322,11 +322,12 @@ EXTENDABLE = ("train.steps", "train.max_minutes")
 """Keys a resumed run may change (``polo train --resume RUN train.steps=600`` extends a finished run)."""
 
 
-def save_config(recipe: Recipe, run_dir: Path) -> None:
-    """Write ``run_dir/config.yaml`` atomically (a temporary file renamed into place)."""
+def save_config(tree: dict[str, Any], run_dir: Path) -> None:
+    """Write a run's ``resolved_tree`` to ``run_dir/config.yaml`` atomically (a temporary file renamed into
+    place)."""
     path = Path(run_dir) / "config.yaml"
     tmp = path.with_name(f".config.yaml.tmp{os.getpid()}")
-    tmp.write_text(dump_recipe(recipe))
+    tmp.write_text(yaml.safe_dump(tree, sort_keys=False))
     os.replace(tmp, path)
 
 

@@ -77,6 +77,7 @@ class Trainer:
         for spec in self.reward_specs:  # an unknown reward fails here, before any model is loaded or trained
             resolve_reward(self.task, spec.name)
         policy = load_policy(recipe, self.task, log)
+        self.config_tree = resolved_tree(recipe)  # every setting filled in: config.yaml, each checkpoint, resume check
         self.components = c = build_components(recipe)
         self.engine, self.advantage = c["engine"], c["advantage"]
         self.plan = plan_inputs(recipe, c)
@@ -138,7 +139,7 @@ class Trainer:
             "components": {name: comp.state_dict() for name, comp in self.components.items()},
             "replay": [{f.name: getattr(b, f.name) for f in fields(b)} for b in self.replay],
             "nonfinite_skips": self.nonfinite_skips,
-            "config": resolved_tree(self.recipe),
+            "config": self.config_tree,
         }
         return weights, state
 
@@ -152,7 +153,7 @@ class Trainer:
         """Continue from checkpoint ``path``; refused when the recipe differs from the one the run was trained
         with (except ``EXTENDABLE`` keys), naming each differing key."""
         weights, state = load_checkpoint(path)
-        changed = config_changes(state["config"], resolved_tree(self.recipe))
+        changed = config_changes(state["config"], self.config_tree)
         if changed:
             raise ConfigError(f"{self.run_dir / 'config.yaml'} differs from the configuration this run was trained "
                               f"with: {'; '.join(changed)}; put it back or start a new run")
@@ -280,7 +281,7 @@ class Trainer:
 
     def _run(self, progress=None) -> list[dict]:
         r = self.recipe
-        save_config(r, self.run_dir)
+        save_config(self.config_tree, self.run_dir)
         if self.step_count == 0:
             self.metrics.truncate_after(-1)
             self.metrics.write({"step": 0, **self.before_training(), **self.evaluate()})
