@@ -4,8 +4,9 @@ credit → minibatch updates → component hooks.
 One ``Trainer.step`` is one pass of the pipeline (docs/pipeline.md). Everything particular lives in
 registries: the engine (``engine.name``), the input providers that supply what the chosen components declare
 (``needs()``), the model roles those providers and the engine need (built only then), the components
-themselves. Everything random (data order, sampling, minibatch shuffles) draws from generators that are checkpointed together with
-every component's and role's state, so ``--resume`` continues a killed run bit for bit.
+themselves. Everything random (data order, sampling, minibatch shuffles) draws from generators that are
+checkpointed together with every component's and role's state, so ``--resume`` continues a killed run bit
+for bit.
 """
 from __future__ import annotations
 
