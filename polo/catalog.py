@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import sys
 
-import yaml
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 SHAPING)
@@ -15,6 +14,7 @@ from polo.policy.roles import ROLES
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
 from polo.train.config import RECIPES_DIR
+from polo.train.yaml_files import read_yaml_mapping
 
 STAGE_KEYS = ("engine", "prompt_sampler", "shaping", "advantage", "credit", "policy_loss", "aggregation",
               "optimizer_hook")
@@ -45,7 +45,7 @@ def recipe_rows() -> list[dict]:
     """One row per shipped recipe: its components per stage, papers and weakest provenance."""
     rows = []
     for path in sorted(RECIPES_DIR.glob("*.yaml")):
-        tree = yaml.safe_load(path.read_text()) or {}
+        tree = read_yaml_mapping(path, "a recipe")
         parts = {k: _names(tree.get(k, DEFAULTS.get(k))) for k in STAGE_KEYS}
         classes = [REGISTRIES[k].get(n) for k in REGISTRIES for n in parts[k] if n in REGISTRIES[k]]
         papers = sorted({c.paper for c in classes if c.paper})

@@ -75,8 +75,8 @@ def cmd_sft(args) -> int:
     if recipe.model.path:
         raise SystemExit("polo sft warm-starts the built-in model; this recipe sets model.path")
     task = build_task(recipe.task)
-    policy = load_policy(recipe, task, _log)
     test = task.examples("test", recipe.train.eval_size, seed=recipe.seed)
+    policy = load_policy(recipe, task, [e.prompt for e in test], _log)
     acc = accuracy(policy, task, test, max_new_tokens(recipe, task))
     _log(f"warm-started model greedy accuracy on {len(test)} test problems: {acc:.3f}")
     return 0
@@ -98,12 +98,12 @@ def cmd_eval(args) -> int:
     recipe = load_recipe(run / "config.yaml")
     set_threads(recipe)
     task = build_task(recipe.task)
-    policy = load_policy(recipe, task, _log)
+    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
+    policy = load_policy(recipe, task, [e.prompt for e in test], _log)
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise ConfigError(f"{run} has no checkpoint that verifies")
     policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
-    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
     n_new = max_new_tokens(recipe, task)
     result = {
         "checkpoint": str(ckpt),
@@ -191,8 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = list(args.overrides) + extra
     from polo.core.registry import ConfigError
     from polo.tasks import load_plugin
+    from polo.tasks.rewards import RewardError
     from polo.train.checkpoint import CheckpointError
     from polo.train.lock import LockedError
+    from polo.train.metrics import MetricsError
     from polo.train.trainer import NonFiniteError
 
     try:
@@ -201,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except ConfigError as err:
         return _fail(err, 2)
-    except (CheckpointError, NonFiniteError, LockedError, FileNotFoundError) as err:
+    except (CheckpointError, NonFiniteError, LockedError, MetricsError, RewardError,
+            FileNotFoundError) as err:
         return _fail(err, 1)
 
 

@@ -19,6 +19,12 @@ RECIPE = {
     "unknown engine": ("engine: {name: warp}\n", "unknown engine 'warp'"),
     "unknown role": ("roles: {teacher: {}}\n", "unknown role 'teacher'"),
     "role settings not a mapping": ("roles: {critic: 3}\n", "roles.critic"),
+    "duplicate key": ("name: x\nseed: 1\nseed: 2\n", "line 3, column 1: duplicate key 'seed' (first given on line 2)"),
+    "duplicate nested key": ("optim:\n  lr: 0.1\n  lr: 0.2\n", "duplicate key 'lr'"),
+    "alias bomb": ("".join(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]\n" if i else "l0: &l0 [x, x, x, x, x, x, x, x, x]\n"
+                           for i in range(9)), "expands to more than 100,000 YAML nodes"),
+    "recursive alias": ("task: &t {name: addition, again: *t}\n", "recursive alias"),
+    "file too large": ("description: '" + "x" * 1_100_000 + "'\n", "limited to 1,000,000 bytes"),
 }
 
 OVERRIDES = {
@@ -55,6 +61,13 @@ OVERRIDES = {
     "unknown reward": (["rewards=[{name: nope, weight: 1}]"], "unknown reward 'nope'"),
     "missing model path": (["model.path=/no/such/model"], "does not exist"),
     "override not yaml": (["task={name: [}"], "not valid YAML"),
+    "boolean steps": (["train.steps=true"], "train.steps: expected a number, not the boolean true"),
+    "boolean lr": (["optim.lr=false"], "optim.lr: expected a number"),
+    "boolean tiny size": (["model.tiny.hidden_size=true"], "model.tiny.hidden_size"),
+    "boolean component knob": (["policy_loss={name: ppo_clip, clip_low: true}"], "clip_low"),
+    "kl target without a coefficient": (["kl.target=0.1"], "kl.target=0.1 adapts a KL coefficient, but kl.coef is 0"),
+    "poise with groups of 4": (["advantage=poise_probe", "rollout.samples_per_prompt=4"],
+                               "needs exactly 2 rollouts per prompt; rollout.samples_per_prompt is 4"),
     "scalar given a mapping": (["seed.x=1"], "seed"),
 }
 
@@ -69,6 +82,10 @@ DATA = {
     "reserved column": (b'{"prompt": "a", "answer": "b", "completions": 1}\n', "reserved"),
     "columns differ": (b'{"prompt": "a", "answer": "b"}\n{"prompt": "c", "answer": "d", "x": 1}\n', ":2"),
     "row too large": (b'{"prompt": "' + b"a" * 1_100_000 + b'", "answer": "b"}\n', "limited to"),
+    "answers beyond the context": (b"".join(b'{"prompt": "q%d", "answer": "%s"}\n' % (i, b"7" * 2000) for i in range(9)),
+                                   "plus 2001 new tokens"),
+    "prompts beyond the context": (b"".join(b'{"prompt": "%s%d", "answer": "1"}\n' % (b"p" * 100, i) for i in range(9)),
+                                   "the longest prompt (102 tokens"),
 }
 
 HEAD = "name: a\nseeds: [0]\nbudget: {steps: 1}\n"
@@ -81,6 +98,7 @@ ARENA = {
     "unknown recipe": (HEAD + "entries: [{recipe: nope}]\n", "nope"),
     "repeated labels": (HEAD + "entries: [{recipe: grpo}, {recipe: grpo}]\n", "labels repeat"),
     "bad override in entry": (HEAD + "entries: [{recipe: grpo, overrides: [optim.lr=.inf]}]\n", "finite"),
+    "duplicate key": (HEAD + "entries: [{recipe: grpo}]\nseeds: [1]\n", "duplicate key 'seeds'"),
 }
 
 
@@ -141,3 +159,17 @@ def test_missing_files_and_folders(argv, expected, tmp_path, capsys):
 
 def test_corpus_size():
     assert len(RECIPE) + len(OVERRIDES) + len(DATA) + len(ARENA) + 3 >= 60
+
+
+def test_a_reward_that_exits_zero_fails_the_run(tiny, tmp_path, capsys):
+    """A plugin reward calling ``sys.exit(0)`` must not end ``polo train`` with status 0 (an arena would count
+    the run as done)."""
+    plugin = tmp_path / "exiting_reward.py"
+    plugin.write_text("import sys\nfrom polo.tasks import register_reward\n\n"
+                      "@register_reward('test_exits_zero')\ndef exits(prompts, completions, **kwargs):\n"
+                      "    sys.exit(0)\n")
+    code = main(["--plugin", str(plugin), "train", "grpo", *tiny, "rewards=[{name: test_exits_zero}]",
+                 "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "error: reward 'test_exits_zero' (exits) called sys.exit(0)" in err

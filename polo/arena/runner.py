@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from polo.arena.pool import Job, run_jobs
 from polo.arena.spec import Arena, RunSpec
 from polo.core.registry import ConfigError
 from polo.train.checkpoint import latest_checkpoint
 from polo.train.config import config_changes, resolved_tree
+from polo.train.yaml_files import read_yaml_mapping
 from polo.train.metrics import read_metrics
 from polo.train.warm_start import cache_root, verify_entry, warm_start_key
 
@@ -56,7 +56,7 @@ def check_same_config(run: RunSpec, path: Path) -> None:
     config = path / "config.yaml"
     if not config.is_file():
         return
-    changes = config_changes(yaml.safe_load(config.read_text()) or {}, resolved_tree(run.load()), allowed=())
+    changes = config_changes(read_yaml_mapping(config, "a run's config"), resolved_tree(run.load()), allowed=())
     if changes:
         raise ConfigError(f"{path} was trained with another configuration ({'; '.join(changes[:5])}); "
                           f"use another --out folder or delete that run folder")

@@ -31,8 +31,9 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from polo.core.registry import ConfigError
-from polo.train.config import Recipe, Section, load_recipe, read_yaml_mapping, resolve_shipped, validation_message
+from polo.core.registry import ConfigError, Settings
+from polo.train.config import Recipe, load_recipe, resolve_shipped, validation_message
+from polo.train.yaml_files import read_yaml_mapping
 
 ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
@@ -40,7 +41,7 @@ THREADS = "train.threads=1"
 """Every arena run trains on one thread: N workers use N cores, and runs do not compete for them."""
 
 
-class Budget(Section):
+class Budget(Settings):
     steps: int | None = Field(None, gt=0)
     minutes: float | None = Field(None, gt=0)
 
@@ -55,19 +56,19 @@ class Budget(Section):
         return out + ([] if self.minutes is None else [f"train.max_minutes={self.minutes}"])
 
 
-class Entry(Section):
+class Entry(Settings):
     label: str | None = Field(None, pattern=LABEL_PATTERN)
     """Name in the report and of the run folders; default: the recipe's file name."""
     recipe: str
     overrides: list[str] = []
 
 
-class Variant(Section):
+class Variant(Settings):
     label: str = Field(pattern=LABEL_PATTERN)
     overrides: list[str] = []
 
 
-class ArenaFile(Section):
+class ArenaFile(Settings):
     name: str = Field(pattern=LABEL_PATTERN)
     description: str = ""
     task: dict[str, Any] = {}

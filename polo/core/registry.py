@@ -7,16 +7,35 @@ needs from the trainer). A registry maps names to component classes and builds t
 from __future__ import annotations
 
 import importlib
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 
-class Component(BaseModel):
+def accepts_bool(annotation: Any) -> bool:
+    """Whether a field annotated ``annotation`` takes ``True``/``False`` as such (``bool``, ``Any``, unions
+    and containers holding one of them)."""
+    return annotation is bool or annotation is Any or any(accepts_bool(a) for a in get_args(annotation))
+
+
+class Settings(BaseModel):
+    """Validated settings: unknown keys, inf and NaN are refused, and a YAML ``true``/``false`` is never read
+    as a number (pydantic would take ``steps: true`` as 1)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and not accepts_bool(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, not the boolean {str(value).lower()}")
+        return value
+
+
+class Component(Settings):
     """Base class of every registered component; fields are hyperparameters."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True, validate_assignment=True,
-                              allow_inf_nan=False)
+    model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
 
     paper: ClassVar[str] = ""
     """The publication the component implements, as ``"Title (arXiv:XXXX.XXXXX)"`` (empty when none)."""
@@ -31,6 +50,10 @@ class Component(BaseModel):
     """True when the component must see every sample of a group at once (per-group objectives such as
     DRPO's): the updater then cuts micro-batches on group boundaries and config validation refuses a
     ``train.micro_batch_size`` that would split a group."""
+
+    group_size: ClassVar[int | None] = None
+    """The exact number of rollouts per prompt the component is defined for (POISE's pairs: 2), checked
+    against ``rollout.samples_per_prompt`` when the recipe is validated; None: any."""
 
     def needs(self) -> set[str]:
         """Inputs this configured instance needs (override when they depend on hyperparameters)."""

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from polo.core.registry import Settings
 
 
-class LoraConfig(BaseModel):
+class LoraConfig(Settings):
     """``r = 0`` disables LoRA (full fine-tuning)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     r: int = Field(0, ge=0)
     alpha: int = Field(16, gt=0)

@@ -4,16 +4,16 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+
+from polo.core.registry import Settings
 
 ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
 
 
-class TinyModelConfig(BaseModel):
+class TinyModelConfig(Settings):
     """Size of the built-in model (a few hundred thousand parameters by default)."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     arch: Literal["llama", "qwen2"] = "llama"
     hidden_size: int = Field(128, gt=0)

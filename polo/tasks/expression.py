@@ -5,8 +5,9 @@ Grammar (whitespace ignored)::
     expr   := term (("+" | "-") term)*
     term   := factor (("*" | "/") factor)*
     factor := INTEGER | "(" expr ")"
+    INTEGER := "0" | [1-9][0-9]*
 
-Only non-negative integer literals, the four operators and parentheses are accepted: names, ``**``,
+Only non-negative integer literals written without leading zeros (``03`` is not ``3``), the four operators and parentheses are accepted: names, ``**``,
 unary minus, decimals and any other character are rejected. Division must be exact and by a non-zero
 value, so every value is an integer. ``evaluate`` returns the value and the integer literals used.
 """
@@ -72,6 +73,8 @@ class _Parser:
     def factor(self) -> int:
         token = self.take()
         if token.isdigit():
+            if len(token) > 1 and token[0] == "0":
+                raise ExpressionError(f"number with a leading zero {token!r}")
             self.numbers.append(int(token))
             return int(token)
         if token != "(":

@@ -41,6 +41,10 @@ RewardFn = Callable[..., list[float]]
 """``fn(prompts=list[str], completions=list[str], **columns) -> list[float]`` (TRL signature)."""
 
 REWARDS: Registry = Registry("reward")
+
+
+class RewardError(ValueError):
+    """A reward function failed, exited or returned something other than B finite numbers; names the reward."""
 RESERVED_COLUMNS = frozenset({"prompts", "completions", "answer"})
 
 
@@ -130,18 +134,37 @@ def batch_columns(examples: Sequence[Example]) -> dict[str, list]:
     return columns
 
 
+def _where(name: str, fn: RewardFn) -> str:
+    return f"reward {name!r} ({getattr(fn, '__qualname__', fn)!s})"
+
+
+def _called(name: str, fn: RewardFn, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``; an exception or a ``sys.exit`` inside it becomes a RewardError naming the reward (a
+    reward that exits must not end a run with status 0). Ctrl-C still interrupts."""
+    try:
+        return fn(**kwargs)
+    except SystemExit as err:
+        raise RewardError(f"{_where(name, fn)} called sys.exit({err.code!r}); a reward must return its scores") from None
+    except Exception as err:
+        raise RewardError(f"{_where(name, fn)} raised {type(err).__name__}: {err}") from err
+
+
 def _checked(name: str, fn: RewardFn, values: Any, size: int) -> list[float]:
-    """``values`` as B finite floats, or a ValueError naming the reward function."""
-    where = f"reward {name!r} ({getattr(fn, '__qualname__', fn)!s})"
+    """``values`` (a list, tuple, tensor or array) as B finite floats, or a RewardError naming the reward."""
+    where = _where(name, fn)
+    if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise RewardError(f"{where} must return a list of B numbers, got a {type(values).__name__}: {values!r:.200}")
     try:
         floats = [float(v) for v in values]
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{where} must return a list of floats, got {values!r:.200}: {err}") from None
+        raise RewardError(f"{where} must return a list of floats, got {values!r:.200}: {err}") from None
     if len(floats) != size:
-        raise ValueError(f"{where} returned {len(floats)} values for a batch of {size}")
+        raise RewardError(f"{where} returned {len(floats)} values for a batch of {size}")
     bad = [v for v in floats if not math.isfinite(v)]
     if bad:
-        raise ValueError(f"{where} returned non-finite values {bad[:5]}")
+        raise RewardError(f"{where} returned non-finite values {bad[:5]}")
     return floats
 
 
@@ -162,13 +185,13 @@ def score(
     values = []
     for spec in specs:
         fn = resolve_reward(task, spec.name)
-        out = fn(prompts=prompts, completions=list(completions), **columns)
+        out = _called(spec.name, fn, prompts=prompts, completions=list(completions), **columns)
         values.append(_checked(spec.name, fn, out, len(examples)))
     table = torch.tensor(values, dtype=torch.float32).reshape(len(specs), len(examples))
     overflow = ~torch.isfinite(table)
     if overflow.any():  # finite in float64, beyond float32's ±3.4e38
         k, i = (int(x) for x in overflow.nonzero()[0])
-        raise ValueError(f"reward {specs[k].name!r} returned {values[k][i]!r}, which overflows float32 "
+        raise RewardError(f"reward {specs[k].name!r} returned {values[k][i]!r}, which overflows float32 "
                          f"(|value| must stay below 3.4e38)")
     weights = torch.tensor([s.weight for s in specs], dtype=torch.float32)
     return table.T.contiguous(), tuple(s.name for s in specs), weights

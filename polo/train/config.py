@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
-                                SHAPING, ConfigError, Registry)
+                                SHAPING, ConfigError, Registry, Settings)
 from polo.policy.lora import LoraConfig
 from polo.policy.roles import ROLES
 from polo.policy.tiny import TinyModelConfig
@@ -24,15 +24,12 @@ from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
 from polo.tasks.rewards import RewardSpec
 from polo.train.inputs import plan_inputs
+from polo.train.yaml_files import load_yaml, read_yaml_mapping
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class Model(Section):
+class Model(Settings):
     path: str | None = None
     """Local Hugging Face checkpoint folder; None builds and warm-starts the built-in tiny model."""
     tiny: TinyModelConfig = TinyModelConfig()
@@ -40,7 +37,7 @@ class Model(Section):
     chat_template: bool = False
 
 
-class WarmStart(Section):
+class WarmStart(Settings):
     """Supervised warm start of the built-in model on the task's demonstrations (cached).
 
     Training stops as soon as greedy accuracy on held-out *training-split* problems reaches
@@ -58,7 +55,7 @@ class WarmStart(Section):
     check_size: int = Field(200, gt=0)
 
 
-class Rollout(Section):
+class Rollout(Settings):
     prompts_per_step: int = Field(64, gt=0)
     samples_per_prompt: int = Field(8, gt=0)
     max_new_tokens: int | None = Field(None, gt=0)
@@ -70,7 +67,7 @@ class Rollout(Section):
     """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
 
 
-class Kl(Section):
+class Kl(Settings):
     """KL(π‖π_ref) loss term: ``coef · agg(divergence(logp, ref_logp))``; coef 0 needs no reference."""
 
     name: str = DIVERGENCES.default
@@ -82,7 +79,7 @@ class Kl(Section):
     horizon: int = Field(10000, gt=0)
 
 
-class Optim(Section):
+class Optim(Settings):
     lr: float = Field(5e-4, gt=0)
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     weight_decay: float = Field(0.0, ge=0)
@@ -92,7 +89,7 @@ class Optim(Section):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
 
 
-class Loop(Section):
+class Loop(Settings):
     steps: int = Field(300, gt=0)
     epochs: int = Field(1, gt=0)
     """Passes over each rollout batch (PPO epochs)."""
@@ -122,7 +119,7 @@ class Loop(Section):
     than this many were skipped (the last checkpoint, written before, stays clean)."""
 
 
-class Recipe(Section):
+class Recipe(Settings):
     name: str = Field("custom", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$", max_length=100)
     """Names the run folder (``output_dir/NAME_sSEED_TIME``): letters, digits and ``_.+-``, no path parts."""
     description: str = ""
@@ -155,6 +152,8 @@ class Recipe(Section):
         components = build_components(self)
         plan_inputs(self, components)
         check_whole_groups(self, components)
+        check_kl_target(self, components)
+        check_group_size(self, components)
         for name in self.roles:
             build_role(self, name)
         for component in components.values():
@@ -204,6 +203,25 @@ def check_whole_groups(recipe: Recipe, components: dict[str, Any]) -> None:
                           f"or leave train.micro_batch_size unset")
 
 
+def check_group_size(recipe: Recipe, components: dict[str, Any]) -> None:
+    """Refuse ``rollout.samples_per_prompt`` other than the group size a component is defined for."""
+    G = recipe.rollout.samples_per_prompt
+    for key, component in components.items():
+        if component.group_size is not None and component.group_size != G:
+            raise ConfigError(f"{key} {component.registry_name} needs exactly {component.group_size} rollouts per "
+                              f"prompt; rollout.samples_per_prompt is {G}")
+
+
+def check_kl_target(recipe: Recipe, components: dict[str, Any]) -> None:
+    """Refuse ``kl.target`` when no KL coefficient is in use for the controller to move."""
+    advantage = components["advantage"]
+    reward_coef = getattr(advantage, "kl_coef", 0.0) if advantage.kl_in_reward else 0.0
+    if recipe.kl.target is not None and recipe.kl.coef == 0 and reward_coef == 0:
+        raise ConfigError(f"kl.target={recipe.kl.target} adapts a KL coefficient, but kl.coef is 0 and advantage "
+                          f"{advantage.registry_name} puts no KL in the reward: set kl.coef > 0 (or the "
+                          f"advantage's kl_coef) or drop kl.target")
+
+
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
     node = tree
@@ -220,24 +238,6 @@ def _set_path(tree: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-def read_yaml_mapping(path: Path, kind: str) -> dict:
-    """A YAML file that must hold a mapping (a recipe, an arena file); every problem is one ConfigError line
-    naming the file (and the line of a syntax error)."""
-    try:
-        tree = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: YAML syntax error: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    tree = {} if tree is None else tree
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{path}: {kind} must be a YAML mapping")
-    return tree
-
-
 def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     parsed = []
     for item in overrides:
@@ -245,7 +245,7 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
             raise ConfigError(f"override {item!r}: expected key.sub=value")
         key, raw = item.split("=", 1)
         try:
-            parsed.append((key.strip(), yaml.safe_load(raw) if raw != "" else None))
+            parsed.append((key.strip(), load_yaml(raw, f"override {item!r}") if raw != "" else None))
         except yaml.YAMLError:
             raise ConfigError(f"override {item!r}: the value is not valid YAML") from None
     return parsed

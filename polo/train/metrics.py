@@ -1,8 +1,14 @@
-"""``metrics.jsonl``: one JSON line per training step, truncated to the checkpoint on resume."""
+"""``metrics.jsonl``: one JSON line per training step, truncated to the checkpoint on resume.
+
+A run killed while appending can leave a partial last line: readers skip it, and a resume drops it with the
+lines after the checkpoint. A line that does not parse anywhere else means the file was damaged, and is an
+error naming the line.
+"""
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +31,14 @@ class MetricsLog:
         self.path = Path(path)
 
     def truncate_after(self, step: int) -> None:
-        """Drop lines of steps > ``step`` (written after the checkpoint a resume starts from)."""
+        """Drop lines of steps > ``step`` (written after the checkpoint a resume starts from) and a partial
+        last line; the file is replaced atomically."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [json.dumps(row) for row in read_metrics(self.path) if row["step"] <= step]
+        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
 
     def write(self, row: dict[str, Any]) -> None:
         with open(self.path, "a") as fh:
@@ -39,8 +48,27 @@ class MetricsLog:
         return read_metrics(self.path)
 
 
+class MetricsError(ValueError):
+    """A metrics line other than the last does not parse: the file was damaged."""
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` (or of the run folder ``path``), without a partial last line."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):  # no newline after it: a write cut short by a kill
+                break
+            raise MetricsError(f"{path}:{number}: damaged metrics line (not JSON)") from None
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise MetricsError(f"{path}:{number}: damaged metrics line (not an object with an integer step)")
+        rows.append(row)
+    return rows

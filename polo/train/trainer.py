@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -23,6 +23,8 @@ from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
 from polo.policy.policy import Policy
+from polo.policy.tiny import build_tiny_model
+from polo.policy.tokenizer import build_char_tokenizer
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import build_task
@@ -49,11 +51,36 @@ class NonFiniteError(RuntimeError):
     """Too many optimizer steps had a non-finite loss or gradient; the run stops, its last checkpoint clean."""
 
 
-def load_policy(recipe: Recipe, task, log=print) -> Policy:
-    """The recipe's checkpoint, or the warm-started built-in model."""
+def check_context(policy: Policy, prompts: Sequence[str], max_new: int, setting: str) -> None:
+    """Refuse prompts that, with ``max_new`` response tokens, exceed the model's context
+    (``max_position_embeddings``): such a run would read positions the model never learned."""
+    context = getattr(policy.hf_model.config, "max_position_embeddings", None)
+    if context is None or not prompts:
+        return
+    lengths = policy.encode_prompts(list(prompts))[1].sum(1)
+    longest = int(lengths.argmax())
+    if int(lengths[longest]) + max_new > context:
+        raise ConfigError(
+            f"the longest prompt ({int(lengths[longest])} tokens: {prompts[longest][:40]!r}) plus {max_new} new tokens "
+            f"(rollout.max_new_tokens, by default the task's longest answer + 1) exceed the model's context of "
+            f"{context} positions ({setting}): shorten the prompts or answers, or use a model with a longer context")
+
+
+def load_policy(recipe: Recipe, task, prompts: Sequence[str], log=print) -> Policy:
+    """The recipe's checkpoint, or the warm-started built-in model; ``prompts`` (all a run will use) must fit
+    its context with ``max_new_tokens``, checked before the warm start trains anything."""
+    max_new = max_new_tokens(recipe, task)
+    if recipe.model.path is None:
+        with torch.random.fork_rng(devices=[]):  # the untrained model only lends its shape: no RNG drawn
+            tokenizer = build_char_tokenizer()
+            tiny = Policy(build_tiny_model(recipe.model.tiny, tokenizer), tokenizer)
+        check_context(tiny, prompts, max_new, "model.tiny.max_position_embeddings")
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
-    return Policy.load(path, lora=lora, chat_template=recipe.model.chat_template)
+    policy = Policy.load(path, lora=lora, chat_template=recipe.model.chat_template)
+    if recipe.model.path is not None:
+        check_context(policy, prompts, max_new, f"max_position_embeddings in {path}/config.json")
+    return policy
 
 
 def set_threads(recipe: Recipe) -> None:
@@ -77,7 +104,9 @@ class Trainer:
         self.reward_specs = [RewardSpec.of(s) for s in specs]
         for spec in self.reward_specs:  # an unknown reward fails here, before any model is loaded or trained
             resolve_reward(self.task, spec.name)
-        policy = load_policy(recipe, self.task, log)
+        pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
+        self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
+        policy = load_policy(recipe, self.task, [e.prompt for e in pool + self.eval_examples], log)
         self.config_tree = resolved_tree(recipe)  # every setting filled in: config.yaml, each checkpoint, resume check
         self.components = c = build_components(recipe)
         self.engine, self.advantage = c["engine"], c["advantage"]
@@ -100,9 +129,7 @@ class Trainer:
         in_reward = self.advantage.kl_coef if self.advantage.kl_in_reward else 0.0
         self.kl = KlCoefficients(recipe.kl.coef, in_reward, recipe.kl.target, recipe.kl.horizon,
                                  r.prompts_per_step * r.samples_per_prompt)
-        pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.stream = PromptStream(pool, seed=recipe.seed)
-        self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         self.sample_generator = torch.Generator().manual_seed(recipe.seed + 1)
         self.shuffle_generator = torch.Generator().manual_seed(recipe.seed + 2)
         self.inputs = ProviderContext(self.policy, self.models, self.engine, self.task, c, self.plan.needs,

@@ -15,6 +15,7 @@ from polo.tasks.expression import MAX_DEPTH, ExpressionError, evaluate
         ("8/4/2", 1, [8, 4, 2]),
         ("7-9", -2, [7, 9]),
         ("((5))", 5, [5]),
+        ("0+10*0", 0, [0, 10, 0]),
     ],
 )
 def test_evaluates_valid_expressions(text, value, numbers):
@@ -41,6 +42,8 @@ def test_evaluates_valid_expressions(text, value, numbers):
         ("2\u00b2", "unexpected character"),
         ("(" * (MAX_DEPTH + 1) + "1" + ")" * (MAX_DEPTH + 1), "nested deeper"),
         ("1+" * 400 + "1", "longer than"),
+        ("03+5", "leading zero '03'"),
+        ("(00)", "leading zero '00'"),
     ],
 )
 def test_rejects_invalid_expressions(text, message):
@@ -66,6 +69,8 @@ EXAMPLE = Example("3 5 7>56:", "56", {"numbers": (3, 5, 7), "solution": "(3+5)*7
         ("2**3", 0, 0, 0.0),
         ("__import__('os')", 0, 0, 0.0),
         ("(3+5", 0, 0, 0.0),
+        ("(03+5)*7", 0, 0, 0.0),  # 03 is not the given 3
+        ("(3+5)*07", 0, 0, 0.0),
         ("", 0, 0, 0.0),
     ],
 )

@@ -1,10 +1,12 @@
 """Reward registry, generic rewards, TRL-signature custom rewards and batch scoring."""
 import math
+import sys
 
 import pytest
 import torch
 
 from polo.core.registry import ConfigError
+from polo.tasks.rewards import RewardError
 from polo.tasks import Example, RewardSpec, build_task, get_reward, register_reward, reward_names, score
 
 ADDITION = build_task("addition")
@@ -66,12 +68,33 @@ def test_trl_reward_runs_unchanged_and_receives_every_column():
         ("test_short_reward", [1.0], "returned 1 values for a batch of 2"),
         ("test_nan_reward", [1.0, math.nan], "non-finite"),
         ("test_none_item_reward", [1.0, None], "must return a list of floats"),
-        ("test_none_reward", None, "must return a list of floats"),
+        ("test_none_reward", None, "must return a list of B numbers, got a NoneType"),
+        ("test_dict_reward", {"1.0": 0, "0.0": 1}, "must return a list of B numbers, got a dict"),
+        ("test_string_reward", "10", "must return a list of B numbers, got a str"),
     ],
 )
 def test_bad_reward_outputs_name_the_reward(name, returned, message):
     register_reward(name)(lambda prompts, completions, **kwargs: returned)
-    with pytest.raises(ValueError, match=f"reward '{name}'.*{message}"):
+    with pytest.raises(RewardError, match=f"reward '{name}'.*{message}"):
+        score(ADDITION, [name], EXAMPLES, ["85", "3"])
+
+
+def test_tensor_and_tuple_rewards_are_numbers():
+    register_reward("test_tensor_reward")(lambda prompts, completions, **kwargs: torch.tensor([0.5, 1.0]))
+    register_reward("test_tuple_reward")(lambda prompts, completions, **kwargs: (1, 0))
+    rewards, _, _ = score(ADDITION, ["test_tensor_reward", "test_tuple_reward"], EXAMPLES, ["85", "3"])
+    assert rewards.tolist() == [[0.5, 1.0], [1.0, 0.0]]
+
+
+@pytest.mark.parametrize("name, body, message", [
+    ("test_exit0_reward", lambda: sys.exit(0), r"called sys.exit\(0\)"),
+    ("test_exit_text_reward", lambda: sys.exit("bye"), r"called sys.exit\('bye'\)"),
+    ("test_raising_reward", lambda: 1 / 0, "raised ZeroDivisionError: division by zero"),
+])
+def test_a_reward_that_exits_or_raises_is_a_reward_error(name, body, message):
+    """``SystemExit(0)`` inside a reward would end the run with status 0 (and an arena would mark it done)."""
+    register_reward(name)(lambda prompts, completions, **kwargs: body())
+    with pytest.raises(RewardError, match=f"reward '{name}'.*{message}"):
         score(ADDITION, [name], EXAMPLES, ["85", "3"])
 
 

@@ -58,6 +58,7 @@ class POISEProbe(AdvantageEstimator):
     paper = ("Your Language Model is Its Own Critic: Reinforcement Learning with Value Estimation from Actor's "
              "Internal States (arXiv:2605.07579)")
     provenance = "PAPER"
+    group_size = 2
     requires = frozenset({"hidden", "entropy_old", "reasoning_mask"})
 
     hidden_layer: int = -1
