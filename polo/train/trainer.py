@@ -29,6 +29,7 @@ from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec, resolve_reward
+from polo.train.callbacks import Callback, builtin_callbacks
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
 from polo.train.config import (Recipe, build_components, build_role, config_changes, load_run_config, resolved_tree,
@@ -94,8 +95,12 @@ def max_new_tokens(recipe: Recipe, task) -> int:
 
 
 class Trainer:
-    def __init__(self, recipe: Recipe, run_dir: Path, log=print):
+    """One training run of ``recipe`` in ``run_dir``; ``callbacks`` (``polo.train.callbacks.Callback``) run at
+    fixed points of every step after the built-in ones the recipe asks for."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, log=print, callbacks: Sequence[Callback] = ()):
         self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
+        self.callbacks = [*builtin_callbacks(recipe), *callbacks]
         set_threads(recipe)
         torch.manual_seed(recipe.seed)
         random.seed(recipe.seed)
@@ -216,7 +221,7 @@ class Trainer:
         self.policy.eval()
         got, row = c["prompt_sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
                                                self.sample_generator, c)
-        batch = got.batch
+        self.last_rollouts, batch = got, got.batch
         timings["sample"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -297,9 +302,19 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
     def evaluate(self) -> dict[str, float]:
+        """Held-out greedy accuracy, then each callback's ``on_evaluate`` metrics."""
         t = time.perf_counter()
-        acc = accuracy(self.policy, self.task, self.eval_examples, self.max_new_tokens, greedy=True)
-        return {"eval/greedy_accuracy": acc, "time/eval": time.perf_counter() - t}
+        row = {"eval/greedy_accuracy": accuracy(self.policy, self.task, self.eval_examples, self.max_new_tokens,
+                                                greedy=True)}
+        for callback in self.callbacks:
+            row.update(callback.on_evaluate(self, row) or {})
+        row["time/eval"] = time.perf_counter() - t
+        return row
+
+    def write_row(self, row: dict[str, Any]) -> None:
+        self.metrics.write(row)
+        for callback in self.callbacks:
+            callback.on_log(self, row)
 
     def run(self, progress=None) -> list[dict]:
         """Train to ``train.steps`` (or the time budget), holding the run folder's lock: one writer per folder."""
@@ -310,9 +325,11 @@ class Trainer:
     def _run(self, progress=None) -> list[dict]:
         r = self.recipe
         save_config(self.config_tree, self.run_dir)
+        for callback in self.callbacks:
+            callback.on_train_begin(self)
         if self.step_count == 0:
             self.metrics.truncate_after(-1)
-            self.metrics.write({"step": 0, **self.before_training(), **self.evaluate()})
+            self.write_row({"step": 0, **self.before_training(), **self.evaluate()})
         budget = r.train.max_minutes * 60 if r.train.max_minutes else math.inf
         title = f"{r.name} ({self.run_dir.name})"
         while self.step_count < r.train.steps and self.elapsed < budget:
@@ -324,13 +341,20 @@ class Trainer:
                 row.update(self.evaluate())
             self.elapsed += time.perf_counter() - start
             row = {"step": self.step_count, "elapsed_s": self.elapsed, **row}
-            self.metrics.write(row)
+            for callback in self.callbacks:
+                callback.on_step_end(self, row, self.last_rollouts)
+            self.write_row(row)
             if progress is not None:
                 progress(self.step_count, row)
             if self.step_count % r.train.save_every == 0 or last:
-                self.save()
+                path = self.save()
                 plot_run(self.metrics.read(), self.run_dir / "curves.png", title=title)
-        return self.metrics.read()
+                for callback in self.callbacks:
+                    callback.on_save(self, path)
+        rows = self.metrics.read()
+        for callback in self.callbacks:
+            callback.on_train_end(self, rows)
+        return rows
 
 
 def resume(run_dir: Path, log=print, overrides: list[str] = ()) -> Trainer:
