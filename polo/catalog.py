@@ -5,8 +5,9 @@
 """
 from __future__ import annotations
 
+import re
 import sys
-
+import textwrap
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 SHAPING)
@@ -29,6 +30,46 @@ DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if reg
 def _summary(cls) -> str:
     doc = (cls.__doc__ or "").strip()
     return doc.split("\n\n")[0].replace("\n", " ") if doc else ""
+
+
+_RST = re.compile(r":[a-z]+:`([^`]*)`|``([^`]*)``|`([^`]*)`")
+WIDTH = 90
+"""Characters of a description in ``polo list``."""
+
+
+def plain(text: str) -> str:
+    """``text`` without RST markup (double backticks, single backticks, ``:role:`...```), whitespace collapsed."""
+    return " ".join(_RST.sub(lambda m: next(g for g in m.groups() if g is not None), text).split())
+
+
+def short(text: str) -> str:
+    """Plain ``text`` cut to ``WIDTH`` characters at a word boundary."""
+    return textwrap.shorten(plain(text), WIDTH, placeholder=" …", break_on_hyphens=False)
+
+
+def first_sentence(doc: str | None) -> str:
+    return short(re.split(r"(?<=[.!?])\s", plain(doc or ""), maxsplit=1)[0])
+
+
+def task_lines() -> list[str]:
+    """Each registered task: the first sentence of its docstring, then its options (``key=default``; a required
+    one by its name alone)."""
+    from polo.tasks import TASKS, Task
+
+    lines = []
+    for name, cls in TASKS:
+        fields = sorted(cls.model_fields.items(), key=lambda item: item[0] in Task.model_fields)  # its own first
+        options = ", ".join(key if info.is_required() else f"{key}={info.get_default(call_default_factory=True)}"
+                            for key, info in fields)
+        lines += [f"  {name:<26}{first_sentence(cls.__doc__)}", f"  {'':<26}options: {options}"]
+    return lines
+
+
+def reward_lines() -> list[str]:
+    """Each registered reward with the first sentence of its docstring."""
+    from polo.tasks.rewards import REWARDS
+
+    return [f"  {name:<26}{first_sentence(fn.__doc__)}" for name, fn in REWARDS]
 
 
 def _names(value) -> list[str]:
@@ -67,10 +108,13 @@ def catalog_text() -> str:
         lines.append(f"{registry.kind} ({len(entries)}):")
         for name, cls in entries:
             where = f"  [{cls.provenance}]"
-            lines.append(f"  {name:<26}{_summary(cls)[:90]}{where}")
+            lines.append(f"  {name:<26}{short(_summary(cls))}{where}")
     lines.append(f"{total} components")
-    lines.append(f"tasks: {', '.join(task_names())}")
-    lines.append(f"rewards: {', '.join(reward_names())}")
+    lines.append(f"tasks ({len(task_names())}; options key=default, a bare key is required; "
+                 f"set as task={{name: NAME, key: value}}):")
+    lines += task_lines()
+    lines.append(f"rewards ({len(reward_names())}; every task also has correct, its own verifier):")
+    lines += reward_lines()
     lines.append("recipes:")
     for row in recipe_rows():
         parts = " ".join(f"{k}={'+'.join(v)}" for k, v in row["parts"].items() if v)

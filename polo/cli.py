@@ -1,4 +1,4 @@
-"""Command line: ``polo train | sft | eval | arena | list``."""
+"""Command line: ``polo train | sft | eval | export | arena | list | config``."""
 from __future__ import annotations
 
 import argparse
@@ -37,7 +37,7 @@ def _progress_bar(total: int, start: int):
 
 def cmd_train(args) -> int:
     from polo.core.registry import ConfigError
-    from polo.train.config import load_recipe
+    from polo.train.config import default_run_dir, load_recipe, with_plugins
     from polo.train.trainer import Trainer, resume
 
     if args.resume:
@@ -49,8 +49,8 @@ def cmd_train(args) -> int:
     else:
         if not args.recipe:
             raise SystemExit("polo train: give a RECIPE or --resume RUN")
-        recipe = load_recipe(args.recipe, args.overrides)
-        run_dir = Path(args.run_dir or Path(recipe.output_dir) / f"{recipe.name}_s{recipe.seed}_{time.strftime('%Y%m%d-%H%M%S')}")
+        recipe = with_plugins(load_recipe(args.recipe, args.overrides), args.plugin)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(recipe)
         if run_dir.exists() and not run_dir.is_dir():
             raise ConfigError(f"--run-dir {str(run_dir)!r} is a file, not a folder")
         trainer = Trainer(recipe, run_dir, _log)
@@ -76,10 +76,20 @@ def cmd_sft(args) -> int:
         raise SystemExit("polo sft warm-starts the built-in model; this recipe sets model.path")
     task = build_task(recipe.task)
     test = task.examples("test", recipe.train.eval_size, seed=recipe.seed)
-    policy = load_policy(recipe, task, [e.prompt for e in test], _log)
+    policy = load_policy(recipe, task, test, _log)
     acc = accuracy(policy, task, test, max_new_tokens(recipe, task))
     _log(f"warm-started model greedy accuracy on {len(test)} test problems: {acc:.3f}")
     return 0
+
+
+def _plugin_hint(run: Path, err: Exception, plugins: list[str]) -> str:
+    """For an unknown name in a run that recorded no plugin files: the hint that it probably needs one."""
+    from polo.train.yaml_files import read_yaml_mapping
+
+    if "; valid " not in str(err) or plugins or read_yaml_mapping(run / "config.yaml", "a run's config").get("plugins"):
+        return ""
+    return (f" ({run} recorded no plugin file: if it was trained with one, it probably needs "
+            f"polo --plugin FILE eval {run})")
 
 
 def cmd_eval(args) -> int:
@@ -95,11 +105,16 @@ def cmd_eval(args) -> int:
         raise ConfigError(f"{run} is not a run folder (no config.yaml)")
     if args.size is not None and args.size < 1:
         raise ConfigError(f"--size must be at least 1, got {args.size}")
-    recipe = load_recipe(run / "config.yaml")
+    if args.show < 0:
+        raise ConfigError(f"--show must be 0 or more, got {args.show}")
+    try:
+        recipe = load_recipe(run / "config.yaml")
+        task = build_task(recipe.task)
+    except ConfigError as err:
+        raise ConfigError(f"{err}{_plugin_hint(run, err, args.plugin)}") from None
     set_threads(recipe)
-    task = build_task(recipe.task)
     test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
-    policy = load_policy(recipe, task, [e.prompt for e in test], _log)
+    policy = load_policy(recipe, task, test, _log)
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise ConfigError(f"{run} has no checkpoint that verifies")
@@ -113,6 +128,27 @@ def cmd_eval(args) -> int:
                                      temperature=recipe.rollout.temperature, seed=recipe.seed),
     }
     print(json.dumps(result, indent=2))
+    if args.show:
+        _show_completions(policy, task, test[: args.show], n_new)
+    return 0
+
+
+def _show_completions(policy, task, examples, max_new: int) -> None:
+    """A table (on stderr, beside the log) of ``examples`` with their greedy completions and verdicts."""
+    from rich.markup import escape
+
+    from polo.train.evaluate import completions
+    from polo.train.samples import render_table
+
+    rows = [{"prompt": e.prompt, "greedy completion": text, "answer": e.answer, "correct": task.is_correct(text, e)}
+            for e, text in zip(examples, completions(policy, examples, max_new))]
+    console.print(escape(render_table(rows, f"{len(rows)} test problems")), highlight=False)
+
+
+def cmd_export(args) -> int:
+    from polo.train.export import export_run
+
+    export_run(Path(args.run), Path(args.out), step=args.step, merge_lora=args.merge_lora, log=_log)
     return 0
 
 
@@ -149,13 +185,26 @@ def cmd_list(args) -> int:
     return 0
 
 
+def cmd_config(args) -> int:
+    from polo.config_reference import resolved_text
+    from polo.train.config import load_recipe
+
+    recipe, overrides = args.recipe, list(args.overrides)
+    if recipe and "=" in recipe:  # `polo config optim.lr=1e-3`: overrides of the defaults
+        recipe, overrides = None, [recipe, *overrides]
+    print(resolved_text(load_recipe(recipe or {}, overrides)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="polo", description="Policy optimization for language models.")
     parser.add_argument("--plugin", action="append", default=[], metavar="FILE",
                         help="Python file that registers custom tasks / rewards / components")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train a policy with a recipe")
+    p = sub.add_parser("train", help="train a policy with a recipe",
+                       epilog="Every key with its type, default and meaning: docs/config.md; `polo config RECIPE "
+                              "[overrides]` prints a recipe's resolved keys.")
     p.add_argument("recipe", nargs="?", help="recipe YAML path or shipped recipe name (e.g. grpo)")
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     p.add_argument("--run-dir", help="run folder (default: runs/<name>_s<seed>_<time>)")
@@ -170,7 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("eval", help="greedy and sampled accuracy of a run's last checkpoint")
     p.add_argument("run")
     p.add_argument("--size", type=int, help="number of test problems")
+    p.add_argument("--show", type=int, default=0, metavar="N",
+                   help="also print N test problems with prompt, greedy completion, answer and correctness")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("export", help="write a run's checkpoint as a Hugging Face save_pretrained folder")
+    p.add_argument("run")
+    p.add_argument("out", help="output folder (new, empty or a previous export)")
+    p.add_argument("--step", type=int, help="checkpoint step (default: the newest that verifies)")
+    p.add_argument("--merge-lora", action="store_true", help="merge LoRA adapters into the weights")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("arena", help="compare recipes over seeds: train every pair, then write a report")
     p.add_argument("arena", help="arena YAML path or shipped arena name (e.g. default)")
@@ -182,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("list", help="every registered component and shipped recipe")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("config", help="every key of a recipe: its value, default and description (docs/config.md)")
+    p.add_argument("recipe", nargs="?", help="recipe YAML path or shipped recipe name (default: all defaults)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+    p.set_defaults(func=cmd_config)
 
     args, extra = parser.parse_known_args(argv)
     unknown = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
@@ -200,12 +263,24 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for plugin in args.plugin:
             load_plugin(plugin)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe (`polo list | head`) surfaces here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except ConfigError as err:
         return _fail(err, 2)
     except (CheckpointError, NonFiniteError, LockedError, MetricsError, RewardError,
             FileNotFoundError) as err:
         return _fail(err, 1)
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``polo list | head``): stop quietly with a SIGPIPE death's status, 141, as
+    ``cat`` does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+    return 128 + 13
 
 
 def _fail(err: Exception, code: int) -> int:

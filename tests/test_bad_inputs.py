@@ -107,8 +107,9 @@ def check_one_line_failure(argv, expected, capsys, tmp_path):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code != 0
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert "Traceback" not in err and expected in lines[0], lines[0]
+    assert lines and lines[-1].startswith("error: "), err  # after any warning the data gave on its way
+    assert sum(line.startswith("error: ") for line in lines) == 1, err
+    assert "Traceback" not in err and expected in lines[-1], lines[-1]
     assert not (tmp_path / "runs").exists()
 
 
@@ -155,6 +156,14 @@ def test_malformed_arena_file(case, tmp_path, capsys):
 ])
 def test_missing_files_and_folders(argv, expected, tmp_path, capsys):
     check_one_line_failure(argv, expected, capsys, tmp_path)
+
+
+@pytest.mark.parametrize("config", ["garbage{", "{}", '{"model_type": "llama"}'])
+def test_corrupt_model_folder(config, tiny, tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(config)
+    check_one_line_failure(["train", "grpo", *tiny, f"model.path={tmp_path / 'model'}"], "cannot be loaded", capsys,
+                           tmp_path)
 
 
 def test_corpus_size():

@@ -2,7 +2,8 @@
 
 ``spec`` reads and validates arena files, ``runner`` trains every (entry, seed) pair in a pool of worker
 processes (resumably), ``stats`` holds the bootstrap statistics, ``summary``/``curves`` turn run folders
-into numbers, ``tables``/``plots``/``report`` write ``report.md`` and a self-contained ``report.html``.
+into numbers, ``configs`` finds the settings that differ between entries, ``tables``/``plots``/``report``
+write ``report.md`` and a self-contained ``report.html``. The arena file format: ``docs/arena.md``.
 """
 from polo.arena.report import write_report
 from polo.arena.runner import run_arena

@@ -54,7 +54,8 @@ def _band(x: np.ndarray, data: list[tuple[np.ndarray, np.ndarray]]) -> Curve:
     return Curve(x, *(np.array([getattr(s, f) for s in stats]) for f in ("mean", "low", "high")))
 
 
-def _curve(runs: list[RunResult], key: str, x_key: str, smoothed: bool) -> Curve:
+def curve(runs: list[RunResult], key: str, x_key: str, smoothed: bool = False) -> Curve:
+    """Mean and band over ``runs`` of ``key`` versus ``x_key`` (``step`` or ``elapsed_s``)."""
     data = [d for d in (series(r, key, x_key, smoothed) for r in runs) if len(d[0])]
     if not data:
         return Curve(*(np.zeros(0) for _ in range(4)))
@@ -65,10 +66,3 @@ def _curve(runs: list[RunResult], key: str, x_key: str, smoothed: bool) -> Curve
         grid = np.linspace(min(x[0] for x, _ in data), end, TIME_POINTS)
     return _band(grid, data)
 
-
-def curve_vs_step(runs: list[RunResult], key: str, smoothed: bool = False) -> Curve:
-    return _curve(runs, key, "step", smoothed)
-
-
-def curve_vs_time(runs: list[RunResult], key: str, smoothed: bool = False) -> Curve:
-    return _curve(runs, key, "elapsed_s", smoothed)

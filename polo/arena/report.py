@@ -9,16 +9,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polo.arena.configs import config_differences
 from polo.arena.plots import Figure, figures
 from polo.arena.runner import is_done, run_dir
 from polo.arena.spec import Arena
 from polo.arena.summary import EntrySummary, Ranked, RunResult, rank_entries, summarize_entry
-from polo.arena.tables import Table, ranking_table, results_table
+from polo.arena.tables import Table, config_table, ranking_table, results_table, seeds_table
 from polo.train.metrics import read_metrics
 
 
-CURVES_NOTE = ("Mean over seeds with a 95 % bootstrap band; each seed is interpolated onto a common grid that "
-               "ends where the entry's shortest run ends. Rewards are smoothed per seed (centred moving average). "
+CURVES_NOTE = ("Thin lines: each seed's run, whole. Thick line and shaded band: the mean over seeds with a 95 % "
+               "bootstrap band; each seed is interpolated onto a common grid that ends where the entry's shortest "
+               "run ends. Rewards are smoothed per seed (centred moving average). "
                "Training time is the runs' elapsed_s (model loading excluded, evaluations included).")
 
 
@@ -53,7 +55,8 @@ def build_report(arena: Arena, out: Path, command: str) -> Report:
     ranked = rank_entries(entries)
     recipes = {e.label: " ".join([e.recipe, *e.overrides]) for e in arena.file.resolved_entries()}
     target = arena.file.target_accuracy
-    tables = [ranking_table(ranked, len(arena.file.seeds)), results_table(entries, recipes, target)]
+    tables = [ranking_table(ranked, len(arena.file.seeds)), results_table(entries, recipes, target),
+              seeds_table(entries, target), config_table(config_differences(arena), list(arena.labels))]
     return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target))
 
 

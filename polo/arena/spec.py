@@ -161,7 +161,7 @@ def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
     try:
         spec = ArenaFile.model_validate(tree)
     except ValidationError as err:
-        raise ConfigError(f"invalid arena file {path}: {validation_message(err)}") from None
+        raise ConfigError(f"invalid arena file {path}: {validation_message(err, ArenaFile)}") from None
     entries = spec.resolved_entries()
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):

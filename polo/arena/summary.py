@@ -37,6 +37,11 @@ class RunResult:
         return self.evals()[-1][2]
 
     @property
+    def warm_accuracy(self) -> float | None:
+        """Accuracy of the step-0 evaluation (the warm start, before any update); None without one."""
+        return next((acc for step, _, acc in self.evals() if step == 0), None)
+
+    @property
     def steps(self) -> int:
         return self.rows[-1]["step"]
 

@@ -16,25 +16,29 @@ class Table:
     note: str = ""
 
 
-def fmt(value: float | None, digits: int = 3) -> str:
+def fmt(value: float | None, digits: int = 3, sign: str = "") -> str:
+    """``value`` rounded to ``digits`` places, ``–`` when missing; ``sign="+"`` writes a plus on gains."""
     if value is None or math.isnan(value):
         return "–"
-    return f"{round(value, digits) + 0.0:.{digits}f}"  # + 0.0: no "-0.000"
+    return f"{round(value, digits) + 0.0:{sign}.{digits}f}"  # + 0.0: no "-0.000"
 
 
 def fmt_interval(i: Interval, digits: int = 3) -> str:
     return f"{fmt(i.mean, digits)} [{fmt(i.low, digits)}, {fmt(i.high, digits)}]"
 
 
+def fmt_seconds(seconds: float | None) -> str:
+    return "not reached" if seconds is None else f"{seconds:.0f} s"
+
+
 def fmt_time(entry: EntrySummary) -> str:
-    n = len(entry.runs)
-    if entry.time_to_target is None:
-        return f"not reached ({entry.reached}/{n})"
-    return f"{entry.time_to_target:.0f} s ({entry.reached}/{n})"
+    """``2/3 seeds reached; median 41 s``, ``1/3 seeds reached; median not reached`` or ``0/3 seeds reached``."""
+    reached = f"{entry.reached}/{len(entry.runs)} seeds reached"
+    return f"{reached}; median {fmt_seconds(entry.time_to_target)}" if entry.reached else reached
 
 
 def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: float) -> Table:
-    header = ["entry", "recipe", "seeds", "final greedy acc. [95% CI]", f"time to {target:g} (median)",
+    header = ["entry", "recipe", "seeds", "final greedy acc. [95% CI]", f"time to {target:g}",
               "steps", "train s", "tokens/s", "resp. length", "entropy", "KL(old‖new)", "clip frac.",
               "frac. zero-std groups"]
     rows = []
@@ -50,9 +54,10 @@ def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: 
         ])
     note = (f"Final accuracy: held-out greedy accuracy at each run's last step; mean over seeds with a "
             f"{CONFIDENCE:.0%} percentile-bootstrap interval ({RESAMPLES:,} resamples of the seeds, fixed RNG seed). "
-            f"Time to target: training seconds (elapsed_s, without model loading) until the first evaluation at "
-            f"or above {target:g}, median over seeds (a seed that never gets there counts as infinite), with the "
-            f"number of seeds that reached it. Train s: mean training seconds per run. The other columns are "
+            f"Time to target: how many seeds reached {target:g} at an evaluation, and the median over seeds of the "
+            f"training seconds (elapsed_s, without model loading) until the first evaluation at or above it (a "
+            f"seed that never gets there counts as infinite, so the median is not reached when half the seeds or "
+            f"more never get there). Train s: mean training seconds per run. The other columns are "
             f"per-step means, averaged over seeds: tokens/s of the training step, response length in tokens, "
             f"policy entropy, approximate KL to the behaviour policy (policy/kl_old), clip fraction (low + high "
             f"side) and the fraction of prompt groups whose rewards are all equal.")
@@ -75,3 +80,26 @@ def ranking_table(ranked: list[Ranked], seeds: int) -> Table:
             f"seed(s) the bootstrap is coarse (with 3 seeds, a paired difference is significant exactly when "
             f"it has the same sign on every seed): treat tiers as indicative, and add seeds to sharpen them.")
     return Table("Ranking by final accuracy", header, rows, note)
+
+
+def seeds_table(entries: list[EntrySummary], target: float) -> Table:
+    header = ["entry", "seed", "warm-start acc.", "final acc.", "gain", f"time to {target:g}"]
+    rows = []
+    for e in entries:
+        for r in e.runs:
+            warm = r.warm_accuracy
+            rows.append([e.label, str(r.seed), fmt(warm), fmt(r.final_accuracy),
+                         fmt(None if warm is None else r.final_accuracy - warm, sign="+"),
+                         fmt_seconds(r.time_to(target))])
+    note = ("Warm-start accuracy: held-out greedy accuracy of the step-0 evaluation, before any update. Final "
+            "accuracy: at the run's last step. Gain: final minus warm start. Time to {target:g}: training seconds until the first evaluation at or "
+            "above it.")
+    return Table("Results per seed", header, rows, note)
+
+
+def config_table(differences: dict[str, dict[str, str]], labels: list[str]) -> Table:
+    rows = [[key, *(values[label] for label in labels)] for key, values in differences.items()]
+    note = ("The settings of the resolved recipes (every default filled in, as in each run's config.yaml) whose "
+            "values are not the same in every entry; all other settings are shared. (absent): the entry's "
+            "component has no such setting." + ("" if rows else " No setting differs."))
+    return Table("What differs between entries", ["setting", *labels], rows, note)

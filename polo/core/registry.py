@@ -11,6 +11,8 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
+from polo.core.suggest import closest, unknown_key
+
 
 def accepts_bool(annotation: Any) -> bool:
     """Whether a field annotated ``annotation`` takes ``True``/``False`` as such (``bool``, ``Any``, unions
@@ -20,9 +22,9 @@ def accepts_bool(annotation: Any) -> bool:
 
 class Settings(BaseModel):
     """Validated settings: unknown keys, inf and NaN are refused, and a YAML ``true``/``false`` is never read
-    as a number (pydantic would take ``steps: true`` as 1)."""
+    as a number (pydantic would take ``steps: true`` as 1). A field's docstring is its description."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -111,9 +113,10 @@ class Registry(Generic[C]):
                 importlib.import_module(module)
         return self._registered
 
-    def register(self, name: str):
+    def register(self, name: str, replace: bool = False):
+        """Decorator adding an entry under ``name``; a taken name is an error unless ``replace``."""
         def decorator(cls: C) -> C:
-            if name in self._registered:
+            if name in self._registered and not replace:
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             cls.registry_name = name
             self._registered[name] = cls
@@ -132,9 +135,9 @@ class Registry(Generic[C]):
 
     def get(self, name: str) -> type:
         if name not in self._entries:
-            raise ConfigError(
-                f"unknown {self.kind} {name!r}; valid {self.kind} names: {', '.join(self.names())}"
-            )
+            guess = closest(str(name), self.names())
+            raise ConfigError(f"unknown {self.kind} {name!r}; {f'did you mean {guess}? ' if guess else ''}"
+                              f"valid {self.kind} names: {', '.join(self.names())}")
         return self._entries[name]
 
     def build(self, config: dict[str, Any] | str, key: str | None = None):
@@ -150,7 +153,8 @@ class Registry(Generic[C]):
             return cls(**params)
         except ValidationError as err:
             problems = "; ".join(
-                f"{key}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
+                unknown_key(cls, e["loc"], f"{key}.", f"{key} {config['name']}") if e["type"] == "extra_forbidden"
+                else f"{key}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})"
                 for e in err.errors()
             )
             raise ConfigError(problems) from None

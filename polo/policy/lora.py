@@ -12,9 +12,13 @@ class LoraConfig(Settings):
     """``r = 0`` disables LoRA (full fine-tuning)."""
 
     r: int = Field(0, ge=0)
+    """Adapter rank; 0: no LoRA."""
     alpha: int = Field(16, gt=0)
+    """LoRA scaling numerator (updates are scaled by alpha / r)."""
     dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names that get adapters."""
 
 
 def _peft():
@@ -50,3 +54,15 @@ def base_state_dict(model) -> dict:
     """Weights of a LoRA-wrapped model's base, under the base model's own names (adapters left out)."""
     state = model.get_base_model().state_dict()
     return {k.replace(".base_layer.", "."): v for k, v in state.items() if "lora_" not in k}
+
+
+def merged_state_dict(model) -> dict:
+    """``base_state_dict`` with each adapter's delta added to its base weight (``W + ΔW``, the sum peft's
+    ``merge_and_unload`` computes), without changing ``model``."""
+    state = base_state_dict(model)
+    for name, module in model.get_base_model().named_modules():
+        if isinstance(module, _peft().tuners.lora.LoraLayer):
+            for adapter in module.active_adapters:
+                key = f"{name}.weight"
+                state[key] = state[key] + module.get_delta_weight(adapter).to(state[key].dtype)
+    return state

@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor, nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from polo.core.losses.entropy import entropy_from_logits
+from polo.core.registry import ConfigError
 from polo.policy.inputs import concat_inputs, pad_sequences
-from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora
+from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora, merged_state_dict
 from polo.policy.prefix import CachedDecoder, read_after_prompt
+
+if TYPE_CHECKING:
+    from polo.tasks.base import Example
 
 ADAPTER_DIR = "adapter"
 
@@ -20,6 +26,35 @@ ADAPTER_DIR = "adapter"
 def token_logp(logits: Tensor, ids: Tensor) -> Tensor:
     """``log softmax(logits)[..., ids]`` without materialising the full log-softmax."""
     return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+def _chat(prompt: str | Example) -> list[dict]:
+    """The chat messages of a prompt text or an Example."""
+    messages = getattr(prompt, "messages", None)
+    if messages is not None:
+        return [dict(m) for m in messages]
+    return [{"role": "user", "content": getattr(prompt, "prompt", prompt)}]
+
+
+@contextmanager
+def loading(path: Path) -> Iterator[None]:
+    """Turns a garbled config.json, tokenizer or weights file of checkpoint folder ``path`` into a ConfigError."""
+    try:
+        yield
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"checkpoint folder {str(path)!r} cannot be loaded: {type(err).__name__}: "
+                          f"{' '.join(str(err).split())}") from err
+
+
+def load_tokenizer(path: str | Path):
+    """The tokenizer of the local checkpoint folder ``path`` (never the hub); a FileNotFoundError naming a
+    missing folder or one without config.json."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        what = "does not exist" if not path.exists() else "has no config.json"
+        raise FileNotFoundError(f"checkpoint folder {str(path)!r} {what}: expected a save_pretrained folder")
+    with loading(path):
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
 class Policy(nn.Module):
@@ -48,22 +83,23 @@ class Policy(nn.Module):
         """Load a local checkpoint folder (never the hub); a saved ``adapter/`` is loaded trainable,
         otherwise ``lora`` (if ``r > 0``) adds fresh adapters."""
         path = Path(path)
-        if not (path / "config.json").is_file():
-            what = "does not exist" if not path.exists() else "has no config.json"
-            raise FileNotFoundError(f"checkpoint folder {str(path)!r} {what}: expected a save_pretrained folder")
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        tokenizer = load_tokenizer(path)
+        with loading(path):
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
         if (path / ADAPTER_DIR).is_dir():
             model = load_lora(model, path / ADAPTER_DIR)
         elif lora is not None:
             model = apply_lora(model, lora)
         return cls(model.to(device), tokenizer, chat_template=chat_template)
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, *, merge_lora: bool = False) -> None:
         """``save_pretrained`` of model and tokenizer. With LoRA the folder holds the base weights
-        (unmerged) and the adapter in ``adapter/``; ``Policy.load`` restores both."""
+        (unmerged) and the adapter in ``adapter/``; ``Policy.load`` restores both. ``merge_lora``: the merged
+        weights instead (a plain model, no adapter); the policy itself is left unchanged."""
         path = Path(path)
-        if is_lora(self.model):
+        if is_lora(self.model) and merge_lora:
+            self.hf_model.save_pretrained(path, state_dict=merged_state_dict(self.model))
+        elif is_lora(self.model):
             self.hf_model.save_pretrained(path, state_dict=base_state_dict(self.model))
             self.model.save_pretrained(path / ADAPTER_DIR)
         else:
@@ -78,15 +114,17 @@ class Policy(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor]:
-        """Left-padded ``(ids, mask)`` ``[B, Tp]``: the tokenizer's own special tokens (the char tokenizer
-        and Llama prepend bos), or the chat template's user turn + generation prompt."""
+    def encode_prompts(self, prompts: Sequence[str | Example]) -> tuple[Tensor, Tensor]:
+        """Left-padded ``(ids, mask)`` ``[B, Tp]`` of prompt texts or Examples: the prompt text with the
+        tokenizer's own special tokens (the char tokenizer and Llama prepend bos), or with the chat template
+        an Example's ``messages`` (a text, or an Example without messages: one user turn) + the generation
+        prompt."""
         if self.chat_template:
-            texts = [self.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                        add_generation_prompt=True) for p in prompts]
+            texts = [self.tokenizer.apply_chat_template(_chat(p), tokenize=False, add_generation_prompt=True)
+                     for p in prompts]
             seqs = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         else:
-            seqs = self.tokenizer(list(prompts))["input_ids"]
+            seqs = self.tokenizer([getattr(p, "prompt", p) for p in prompts])["input_ids"]
         return pad_sequences(seqs, self.pad_token_id, left=True, device=self.device)
 
     def encode_completions(self, completions: list[str]) -> tuple[Tensor, Tensor]:

@@ -16,11 +16,17 @@ class TinyModelConfig(Settings):
     """Size of the built-in model (a few hundred thousand parameters by default)."""
 
     arch: Literal["llama", "qwen2"] = "llama"
+    """Hugging Face architecture of the built-in model."""
     hidden_size: int = Field(128, gt=0)
+    """Width of the residual stream."""
     num_layers: int = Field(2, gt=0)
+    """Transformer blocks."""
     num_heads: int = Field(4, gt=0)
+    """Attention heads (each of an even size dividing ``hidden_size``)."""
     intermediate_size: int = Field(512, gt=0)
+    """Width of the MLP."""
     max_position_embeddings: int = Field(64, gt=0)
+    """Context length in tokens (characters): prompt plus completion."""
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "TinyModelConfig":

@@ -1,6 +1,9 @@
 """The built-in character-level tokenizer: one token per printable ASCII character, space and newline."""
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -30,3 +33,8 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
 
+
+def unknown_characters(texts: Iterable[str]) -> Counter:
+    """Occurrences of each character of ``texts`` that ``build_char_tokenizer`` maps to ``<unk>``."""
+    known = set(CHARACTERS)
+    return Counter(c for text in texts for c in text if c not in known)

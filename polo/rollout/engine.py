@@ -8,7 +8,7 @@ model roles it needs besides the policy (``roles``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -17,14 +17,16 @@ from pydantic import PrivateAttr
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.registry import Component, Registry
 from polo.tasks.base import Example, Task
-from polo.tasks.rewards import RewardSpec, reward_maxima, score
+from polo.tasks.reward_calls import RewardContext
+from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
 ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn",), default="single_turn")
 
 
 @dataclass
 class EngineSetup:
-    """What every engine is given once: the task, its reward components and the sampling settings."""
+    """What every engine is given once: the task, its reward components, the sampling settings and the run's
+    ``RewardContext`` (``trainer_state`` and ``log_metric`` of every reward call; the trainer owns it)."""
 
     task: Task
     reward_specs: list[RewardSpec]
@@ -33,6 +35,7 @@ class EngineSetup:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    reward_context: RewardContext = field(default_factory=RewardContext)
 
 
 @dataclass
@@ -65,21 +68,24 @@ class Rollouts:
 def scored(batch_fields: dict, setup: EngineSetup, examples: list[Example], completions: list[str],
            prompt_index: list[int]) -> Rollouts:
     """A ``Rollouts`` from generated rows (``batch_fields``: the RolloutBatch tensors) and their texts: every
-    reward component scored, the verifier's ``correct`` and the pool's ``prompt_index`` in ``extras``."""
-    rewards, names, weights = score(setup.task, setup.reward_specs, examples, completions)
+    reward component scored (given each completion's token ids), the verifier's ``correct``, the pool's
+    ``prompt_index`` and ``reward_present`` ``[B, K]`` (False where a reward returned None) in ``extras``."""
+    ids, mask = batch_fields["response_ids"], batch_fields["response_mask"].bool()
+    completion_ids = [row.tolist() for row in ids[mask].split(mask.sum(1).tolist())]
+    scores = score_batch(setup.task, setup.reward_specs, examples, completions, completion_ids, setup.reward_context)
     maxima = reward_maxima(setup.task, setup.reward_specs)
     correct = torch.tensor([float(setup.task.is_correct(c, e)) for c, e in zip(completions, examples)])
     extras = {"correct": correct, "prompt_index": torch.tensor(prompt_index, dtype=torch.long),
-              **batch_fields.pop("extras", {})}
-    batch = RolloutBatch(rewards=rewards, reward_names=names, reward_weights=weights, reward_max=maxima,
-                         extras=extras, **batch_fields)
+              "reward_present": scores.present, **batch_fields.pop("extras", {})}
+    batch = RolloutBatch(rewards=scores.values, reward_names=scores.names, reward_weights=scores.weights,
+                         reward_max=maxima, extras=extras, **batch_fields)
     return Rollouts(batch, completions, examples)
 
 
 class Engine(Component):
     """Turns a policy and task examples into scored rollouts; built once per run."""
 
-    provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index"})
+    provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index", "reward_present"})
     """Inputs the engine writes into every batch itself (behaviour log-probs, the verifier's verdict, ...)."""
 
     _setup: EngineSetup | None = PrivateAttr(default=None)

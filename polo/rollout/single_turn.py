@@ -20,7 +20,7 @@ class SingleTurn(Engine):
         if len(examples) != len(prompt_index):
             raise ConfigError(f"engine single_turn: {len(examples)} examples but {len(prompt_index)} prompt indices")
         G = samples_per_prompt or s.samples_per_prompt
-        prompt_ids, prompt_mask = policy.encode_prompts([e.prompt for e in examples])
+        prompt_ids, prompt_mask = policy.encode_prompts(examples)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
         out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                      top_p=s.top_p, top_k=s.top_k, greedy=greedy, generator=generator)

@@ -1,7 +1,8 @@
 """Verifiable tasks and reward functions.
 
 Built-in tasks: ``addition`` (knob ``digits``), ``countdown`` (``count``, ``max_value``), ``reverse`` and
-``sort`` (``length``), ``jsonl`` (a user file: ``path``, ``verifier``). Built-in generic rewards:
+``sort`` (``length``), ``jsonl`` (a user file: ``path``, ``verifier``), ``dataset`` (local data read
+with the optional ``datasets`` library: ``path``, ``prompt_column``, ``answer_column``, ...). Built-in generic rewards:
 ``exact_match``, ``numeric_match``, ``contains_answer``, ``digit_match``, ``char_match``; every task also
 has ``correct`` (its verifier), and ``countdown`` has ``format`` and ``closeness``.
 
@@ -36,7 +37,7 @@ and reference them from a recipe::
 ``score(task, rewards, examples, completions)`` turns completions into the ``[B, K]`` reward tensor.
 See docs/tasks.md for the reward definitions.
 """
-from polo.tasks import addition, countdown, jsonl, strings  # noqa: F401  (registers the built-ins)
+from polo.tasks import addition, countdown, hf_dataset, jsonl, strings  # noqa: F401  (registers the built-ins)
 from polo.tasks.base import Example, Task, split_of
 from polo.tasks.plugins import load_plugin
 from polo.tasks.registry import TASKS, build_task, register_task, task_names

@@ -17,18 +17,25 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from polo.core.registry import Component
-from polo.tasks.rewards import RewardFn, RewardSpec, exact
+from polo.tasks.rewards import RESERVED_COLUMNS, RewardFn, RewardSpec, completion_texts, exact
 
 Split = Literal["train", "test"]
 
 
 @dataclass(frozen=True)
 class Example:
-    """One problem: the prompt fed to the model, the reference answer and extra reward columns."""
+    """One problem: the prompt fed to the model, the reference answer and extra reward columns.
+
+    A conversational example (``messages is not None``) also carries its prompt as chat messages
+    (``{"role", "content"}`` dicts): the policy renders them with the chat template when
+    ``model.chat_template`` is on, and rewards receive TRL-style conversational completions; ``prompt`` is
+    then the messages' contents joined by newlines, the text used otherwise (and for the split hash).
+    """
 
     prompt: str
     answer: str
     columns: Mapping[str, Any] = field(default_factory=dict)
+    messages: tuple[Mapping[str, str], ...] | None = None
 
 
 def split_of(key: str, test_fraction: float) -> Split:
@@ -92,11 +99,12 @@ class Task(Component):
     def correct_reward(
         self, prompts: list[str], completions: list[str], answer: list[str], **columns
     ) -> list[float]:
-        """Reward ``correct``: 1.0 iff ``is_correct``. Keyword arguments that are not per-row columns (TRL
-        also passes ``trainer_state`` and the like) are ignored."""
-        rows = {k: v for k, v in columns.items() if isinstance(v, (list, tuple)) and len(v) == len(completions)}
+        """Reward ``correct``: 1.0 iff ``is_correct`` of each completion's text. Keyword arguments that are not
+        per-row columns of the examples (``completion_ids``, ``trainer_state``, ...) are ignored."""
+        rows = {k: v for k, v in columns.items()
+                if k not in RESERVED_COLUMNS and isinstance(v, (list, tuple)) and len(v) == len(completions)}
         out = []
-        for i, (prompt, completion, ans) in enumerate(zip(prompts, completions, answer)):
+        for i, (prompt, completion, ans) in enumerate(zip(prompts, completion_texts(completions), answer)):
             example = Example(prompt, ans, {k: v[i] for k, v in rows.items()})
             out.append(float(self.is_correct(completion, example)))
         return out

@@ -12,13 +12,22 @@ from pathlib import Path
 from types import ModuleType
 
 
+def _module_name(file: Path) -> str:
+    digest = hashlib.sha1(str(file).encode()).hexdigest()[:10]
+    return f"polo_plugin_{digest}_{file.stem}".replace("-", "_")
+
+
+def is_loaded(path: str | Path) -> bool:
+    """Whether the plugin file ``path`` was imported by ``load_plugin`` in this process."""
+    return _module_name(Path(path).expanduser().resolve()) in sys.modules
+
+
 def load_plugin(path: str | Path) -> ModuleType:
     """Import the Python file ``path`` (tasks, rewards or any other registered components)."""
     file = Path(path).expanduser().resolve()
     if not file.is_file():
         raise FileNotFoundError(f"plugin file not found: {str(path)!r}")
-    digest = hashlib.sha1(str(file).encode()).hexdigest()[:10]
-    name = f"polo_plugin_{digest}_{file.stem}".replace("-", "_")
+    name = _module_name(file)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file)

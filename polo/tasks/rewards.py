@@ -1,11 +1,20 @@
-"""Reward functions with the TRL signature, their registry, and batch scoring.
+"""Reward functions with TRL's signature, their registry, and batch scoring.
 
-A reward function is called once per batch with keyword arguments,
-``fn(prompts=..., completions=..., **columns) -> list[float]``: ``prompts`` and ``completions`` are lists
-of B strings, ``columns`` holds ``answer`` (the B reference answers) and every extra column of the
-examples (``Example.columns``), each as a list of length B. A function must accept ``**kwargs`` (it
-receives every column), exactly as a reward function written for TRL's ``GRPOTrainer``, which therefore
-runs unchanged here.
+A reward function is called once per batch with keyword arguments, exactly as TRL's ``GRPOTrainer`` calls
+it, so a reward written for TRL runs unchanged here::
+
+    fn(prompts=..., completions=..., completion_ids=..., answer=..., **columns,
+       trainer_state=..., log_metric=...) -> list[float | None]
+
+``prompts``, ``completions``, ``completion_ids`` (each completion's generated token ids, no padding, the stop
+token included when generation stopped, as TRL passes them), ``answer`` and every extra column of the examples
+(``Example.columns``) are lists of length B; for conversational examples (``Example.messages``) each prompt is
+its list of messages and each completion ``[{"role": "assistant", "content": text}]``. ``trainer_state`` and
+``log_metric`` are described in ``polo.tasks.reward_calls``. A function must accept ``**kwargs``.
+
+``None`` in a reward's output means "no reward for this sample": the total reward is the weighted sum of the
+present values (TRL's ``nansum``) and per-reward metrics average only present values. An ``async def`` reward is
+awaited, concurrently with the batch's other async rewards.
 
 Generic rewards registered here (``c`` = completion stripped, ``a`` = answer stripped):
 
@@ -19,33 +28,43 @@ Generic rewards registered here (``c`` = completion stripped, ``a`` = answer str
   Example: answer ``"85"``: ``"85"`` → 1, ``"75"`` → 0.5, ``"185"`` → 2/3, ``"8"`` → 0.
 - ``char_match``: the same with positions aligned from the left (``"cba"`` vs ``"cbx"`` → 2/3).
 
-Tasks add their own rewards (``Task.task_rewards()``, e.g. ``correct`` = the task's verifier), which
-shadow registered rewards of the same name for that task; see ``resolve_reward``.
+The built-in rewards read a conversational completion's text. Tasks add their own rewards
+(``Task.task_rewards()``, e.g. ``correct`` = the task's verifier), which shadow registered rewards of the same
+name for that task; see ``resolve_reward``. From Python, a plain function is a reward too: ``RewardSpec.of(fn)``
+registers it under its ``__name__``.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from polo.core.registry import ConfigError, Registry
+from polo.tasks.reward_calls import RewardContext, run_concurrently
 
 if TYPE_CHECKING:
     from polo.tasks.base import Example, Task
 
-RewardFn = Callable[..., list[float]]
-"""``fn(prompts=list[str], completions=list[str], **columns) -> list[float]`` (TRL signature)."""
+RewardFn = Callable[..., list[float | None]]
+"""``fn(prompts=..., completions=..., completion_ids=..., **columns, trainer_state=..., log_metric=...)``
+(TRL's signature; see the module docstring)."""
 
 REWARDS: Registry = Registry("reward")
 
 
 class RewardError(ValueError):
     """A reward function failed, exited or returned something other than B finite numbers; names the reward."""
-RESERVED_COLUMNS = frozenset({"prompts", "completions", "answer"})
+
+
+RESERVED_COLUMNS = frozenset({"prompts", "completions", "completion_ids", "answer", "trainer_state", "log_metric"})
+"""Keyword arguments of every reward call, so no example column may have these names."""
 
 
 def register_reward(name: str, max_value: float = math.inf) -> Callable[[RewardFn], RewardFn]:
@@ -69,6 +88,25 @@ def reward_names() -> list[str]:
     return REWARDS.names()
 
 
+def function_reward(fn: RewardFn) -> str:
+    """Register the Python function ``fn`` as a reward under its ``__name__`` and return that name; the same
+    function again is fine, and so is its redefinition (same module and qualified name: a notebook cell run
+    again, which replaces it); another function under a taken name (or a lambda, which has no name) is refused."""
+    name = getattr(fn, "__name__", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(f"rewards: a reward function needs a name to be registered under, got {fn!r}: "
+                          f"define it with def (a lambda has no name)")
+    old = REWARDS.get(name) if name in REWARDS else None
+    redefined = old is not None and (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == (
+        fn.__module__, fn.__qualname__)
+    if old is None or redefined:
+        REWARDS.register(name, replace=redefined)(fn)
+    elif old != fn:
+        raise ConfigError(f"rewards: {getattr(fn, '__qualname__', name)} cannot be registered as {name!r}: "
+                          f"{_where(name, REWARDS.get(name))} is already registered under that name; rename one")
+    return name
+
+
 @dataclass(frozen=True)
 class RewardSpec:
     """One reward component: a reward name and its weight in the total reward."""
@@ -77,12 +115,15 @@ class RewardSpec:
     weight: float = 1.0
 
     @classmethod
-    def of(cls, spec: RewardSpec | Mapping[str, Any] | Sequence | str) -> RewardSpec:
-        """Accept a RewardSpec, ``{"name": ..., "weight": ...}``, ``(name, weight)`` or a bare name."""
+    def of(cls, spec: RewardSpec | Mapping[str, Any] | Sequence | str | RewardFn) -> RewardSpec:
+        """Accept a RewardSpec, ``{"name": ..., "weight": ...}``, ``(name, weight)``, a bare name, a Python function
+        or ``(function, weight)`` (the function is registered under its ``__name__``: ``function_reward``)."""
         if isinstance(spec, RewardSpec):
             return spec
         if isinstance(spec, str):
             return cls(spec)
+        if callable(spec):
+            return cls(function_reward(spec))
         if isinstance(spec, Mapping):
             unknown = set(spec) - {"name", "weight"}
             if unknown or "name" not in spec:
@@ -90,6 +131,7 @@ class RewardSpec:
             name, weight = spec["name"], spec.get("weight", 1.0)
         elif len(spec) == 2:
             name, weight = spec
+            name = function_reward(name) if callable(name) else name
         else:
             raise ConfigError(f"rewards: expected (name, weight), got {spec!r}")
         if not isinstance(name, str) or isinstance(weight, bool) or not isinstance(weight, (int, float)):
@@ -134,67 +176,120 @@ def batch_columns(examples: Sequence[Example]) -> dict[str, list]:
     return columns
 
 
+def completion_texts(completions: Sequence) -> list[str]:
+    """The text of each completion: a string as is, a conversational one (a list of messages) its last content."""
+    return [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+
+
 def _where(name: str, fn: RewardFn) -> str:
     return f"reward {name!r} ({getattr(fn, '__qualname__', fn)!s})"
 
 
-def _called(name: str, fn: RewardFn, **kwargs: Any) -> Any:
-    """``fn(**kwargs)``; an exception or a ``sys.exit`` inside it becomes a RewardError naming the reward (a
-    reward that exits must not end a run with status 0). Ctrl-C still interrupts."""
+@contextmanager
+def _guarded(name: str, fn: RewardFn) -> Iterator[None]:
+    """An exception or a ``sys.exit`` inside the block becomes a RewardError naming the reward (a reward that
+    exits must not end a run with status 0). Ctrl-C still interrupts."""
     try:
-        return fn(**kwargs)
+        yield
     except SystemExit as err:
         raise RewardError(f"{_where(name, fn)} called sys.exit({err.code!r}); a reward must return its scores") from None
     except Exception as err:
         raise RewardError(f"{_where(name, fn)} raised {type(err).__name__}: {err}") from err
 
 
-def _checked(name: str, fn: RewardFn, values: Any, size: int) -> list[float]:
-    """``values`` (a list, tuple, tensor or array) as B finite floats, or a RewardError naming the reward."""
+def _called(name: str, fn: RewardFn, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``, guarded."""
+    with _guarded(name, fn):
+        return fn(**kwargs)
+
+
+async def _awaited(name: str, fn: RewardFn, kwargs: dict[str, Any]) -> Any:
+    """``await fn(**kwargs)``, guarded."""
+    with _guarded(name, fn):
+        return await fn(**kwargs)
+
+
+def _checked(name: str, fn: RewardFn, values: Any, size: int) -> list[float | None]:
+    """``values`` (a list, tuple, tensor or array) as B finite floats or None, or a RewardError naming the reward."""
     where = _where(name, fn)
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()
     if not isinstance(values, (list, tuple)):
         raise RewardError(f"{where} must return a list of B numbers, got a {type(values).__name__}: {values!r:.200}")
     try:
-        floats = [float(v) for v in values]
+        floats = [None if v is None else float(v) for v in values]
     except (TypeError, ValueError) as err:
-        raise RewardError(f"{where} must return a list of floats, got {values!r:.200}: {err}") from None
+        raise RewardError(f"{where} must return a list of floats or None, got {values!r:.200}: {err}") from None
     if len(floats) != size:
         raise RewardError(f"{where} returned {len(floats)} values for a batch of {size}")
-    bad = [v for v in floats if not math.isfinite(v)]
+    bad = [v for v in floats if v is not None and not math.isfinite(v)]
     if bad:
-        raise RewardError(f"{where} returned non-finite values {bad[:5]}")
+        raise RewardError(f"{where} returned non-finite values {bad[:5]} (return None for a sample it does not score)")
     return floats
 
 
-def score(
-    task: Task, rewards: Sequence[RewardSpec], examples: Sequence[Example], completions: Sequence[str]
-) -> tuple[torch.Tensor, tuple[str, ...], torch.Tensor]:
-    """Score B completions with K rewards: ``(rewards [B, K] float32, names, weights [K] float32)``.
+@dataclass
+class Scores:
+    """K rewards of B completions: ``values`` ``[B, K]`` float32 with 0 where a reward returned None, ``present``
+    ``[B, K]`` bool (False there), the K ``names`` and ``weights`` ``[K]`` float32."""
 
-    Each reward function is called once with the whole batch and every column of the examples.
-    """
+    values: torch.Tensor
+    present: torch.Tensor
+    names: tuple[str, ...]
+    weights: torch.Tensor
+
+
+def score_batch(task: Task, rewards: Sequence[RewardSpec], examples: Sequence[Example], completions: Sequence[str],
+                completion_ids: Sequence[Sequence[int]] | None = None, context: RewardContext | None = None) -> Scores:
+    """Score B completions with K rewards, each function called once with the whole batch (see the module
+    docstring); ``completion_ids`` are passed when given, ``context`` (default: a fresh one) supplies
+    ``trainer_state`` and ``log_metric``. A sample that no reward scores warns, once per context."""
     specs = [RewardSpec.of(s) for s in rewards]
     if not specs:
         raise ValueError("score: no rewards given")
     if len(examples) != len(completions):
         raise ValueError(f"score: {len(examples)} examples but {len(completions)} completions")
-    prompts = [ex.prompt for ex in examples]
-    columns = batch_columns(examples)
-    values = []
-    for spec in specs:
-        fn = resolve_reward(task, spec.name)
-        out = _called(spec.name, fn, prompts=prompts, completions=list(completions), **columns)
-        values.append(_checked(spec.name, fn, out, len(examples)))
-    table = torch.tensor(values, dtype=torch.float32).reshape(len(specs), len(examples))
-    overflow = ~torch.isfinite(table)
+    context = context or RewardContext()
+    conversational = bool(examples) and examples[0].messages is not None  # as TRL: the first example decides
+    prompts = [[dict(m) for m in ex.messages] if conversational else ex.prompt for ex in examples]
+    kwargs = {"prompts": prompts, **batch_columns(examples), **context.kwargs(),
+              "completions": [[{"role": "assistant", "content": c}] for c in completions] if conversational
+              else list(completions)}
+    if completion_ids is not None:
+        kwargs["completion_ids"] = [list(ids) for ids in completion_ids]
+    fns = [resolve_reward(task, s.name) for s in specs]
+    waiting = [k for k, fn in enumerate(fns) if inspect.iscoroutinefunction(fn)]
+    outputs = [None if k in waiting else _called(s.name, fn, **kwargs) for k, (s, fn) in enumerate(zip(specs, fns))]
+    if waiting:
+        done = run_concurrently([_awaited(specs[k].name, fns[k], kwargs) for k in waiting])
+        for k, out in zip(waiting, done):
+            outputs[k] = out
+    columns = [_checked(s.name, fn, out, len(examples)) for s, fn, out in zip(specs, fns, outputs)]
+    table = torch.tensor([math.nan if v is None else v for col in columns for v in col], dtype=torch.float32)
+    table = table.reshape(len(specs), len(examples)).T
+    present = ~table.isnan()
+    overflow = present & ~table.isfinite()
     if overflow.any():  # finite in float64, beyond float32's ±3.4e38
-        k, i = (int(x) for x in overflow.nonzero()[0])
-        raise RewardError(f"reward {specs[k].name!r} returned {values[k][i]!r}, which overflows float32 "
-                         f"(|value| must stay below 3.4e38)")
+        i, k = (int(x) for x in overflow.nonzero()[0])
+        raise RewardError(f"reward {specs[k].name!r} returned {columns[k][i]!r}, which overflows float32 "
+                          f"(|value| must stay below 3.4e38)")
+    unscored = (~present.any(1)).nonzero()
+    if len(unscored) and not context.warned_unscored:
+        context.warned_unscored = True
+        i = int(unscored[0])
+        warnings.warn(f"every reward returned None for completion {completions[i]!r:.100} of prompt "
+                      f"{prompts[i]!r:.100}; such a sample gets total reward 0 (shown once per run)",
+                      RuntimeWarning, stacklevel=2)
     weights = torch.tensor([s.weight for s in specs], dtype=torch.float32)
-    return table.T.contiguous(), tuple(s.name for s in specs), weights
+    return Scores(table.nan_to_num(0.0).contiguous(), present, tuple(s.name for s in specs), weights)
+
+
+def score(task: Task, rewards: Sequence[RewardSpec], examples: Sequence[Example], completions: Sequence[str],
+          completion_ids: Sequence[Sequence[int]] | None = None, context: RewardContext | None = None
+          ) -> tuple[torch.Tensor, tuple[str, ...], torch.Tensor]:
+    """``score_batch``'s ``(values [B, K] float32, names, weights [K] float32)``: a reward's None is 0 there."""
+    scores = score_batch(task, rewards, examples, completions, completion_ids, context)
+    return scores.values, scores.names, scores.weights
 
 
 def position_match(completion: str, answer: str, from_right: bool = False) -> float:
@@ -223,14 +318,14 @@ def first_number(text: str) -> float | None:
 @register_reward("exact_match", max_value=1.0)
 def exact_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the stripped completion equals the stripped answer."""
-    return [float(exact(c, a)) for c, a in zip(completions, answer)]
+    return [float(exact(c, a)) for c, a in zip(completion_texts(completions), answer)]
 
 
 @register_reward("numeric_match", max_value=1.0)
 def numeric_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the first number of the completion equals the first number of the answer."""
     out = []
-    for c, a in zip(completions, answer):
+    for c, a in zip(completion_texts(completions), answer):
         x, y = first_number(c), first_number(a)
         out.append(float(x is not None and y is not None and math.isclose(x, y, rel_tol=1e-9)))
     return out
@@ -239,16 +334,16 @@ def numeric_match(prompts: list[str], completions: list[str], answer: list[str],
 @register_reward("contains_answer", max_value=1.0)
 def contains_answer(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 if the stripped answer occurs in the completion."""
-    return [float(a.strip() in c) for c, a in zip(completions, answer)]
+    return [float(a.strip() in c) for c, a in zip(completion_texts(completions), answer)]
 
 
 @register_reward("digit_match", max_value=1.0)
 def digit_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the least significant digit (see the module docstring)."""
-    return [position_match(c, a, from_right=True) for c, a in zip(completions, answer)]
+    return [position_match(c, a, from_right=True) for c, a in zip(completion_texts(completions), answer)]
 
 
 @register_reward("char_match", max_value=1.0)
 def char_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the first character (see the module docstring)."""
-    return [position_match(c, a) for c, a in zip(completions, answer)]
+    return [position_match(c, a) for c, a in zip(completion_texts(completions), answer)]

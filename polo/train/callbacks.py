@@ -42,7 +42,7 @@ class Callback:
         """Once, when training reaches ``train.steps`` or its time budget (not when it fails)."""
 
 
-def builtin_callbacks(recipe) -> list[Callback]:
-    """The callbacks a recipe asks for through its settings (logging backends, sample tables, the final export),
-    in the order they run, before any the caller passes."""
-    return []
+def kept_step(trainer: Trainer) -> int:
+    """The last step whose logged lines a run keeps at ``on_train_begin``: the checkpoint's on resume, none
+    (−1) in a new run."""
+    return trainer.step_count if trainer.step_count else -1

@@ -97,15 +97,19 @@ def save_checkpoint(
     return final
 
 
+def checkpoint_steps(run_dir: Path) -> dict[int, Path]:
+    """Every ``checkpoints/step_N`` folder of ``run_dir`` by step, oldest first (verified or not)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return {}
+    return dict(sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()))
+
+
 def latest_checkpoint(run_dir: Path, log: Callable[[str], Any] | None = None) -> Path | None:
     """The newest checkpoint that verifies (see ``verify_checkpoint``); each newer one that does not is skipped
     with a warning through ``log`` (default ``warnings.warn``) naming it and the reason. None if none verifies."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return None
     warn = log if log is not None else (lambda msg: warnings.warn(msg, stacklevel=3))
-    steps = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
-    for _, p in sorted(steps, reverse=True):
+    for p in reversed(checkpoint_steps(run_dir).values()):
         reason = verify_checkpoint(p)
         if reason is None:
             return p
@@ -153,7 +157,5 @@ def load_checkpoint(path: Path) -> tuple[dict[str, dict[str, torch.Tensor]], dic
 
 def prune_checkpoints(run_dir: Path, keep: int) -> None:
     """Keep the ``keep`` most recent checkpoints."""
-    root = Path(run_dir) / "checkpoints"
-    steps = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)))
-    for _, p in steps[:-keep]:
+    for p in list(checkpoint_steps(run_dir).values())[:-keep]:
         shutil.rmtree(p, ignore_errors=True)

@@ -9,20 +9,27 @@ provider can supply, and a micro-batch size that would split the groups a compon
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 SHAPING, ConfigError, Registry, Settings)
+from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
 from polo.policy.roles import ROLES
 from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.tasks.paths import absolute_path
+from polo.tasks.plugins import is_loaded
+from polo.tasks.registry import normalize_task_config
 from polo.tasks.rewards import RewardSpec
+from polo.train.backends import check_backends
 from polo.train.inputs import plan_inputs
 from polo.train.yaml_files import load_yaml, read_yaml_mapping
 
@@ -35,6 +42,7 @@ class Model(Settings):
     tiny: TinyModelConfig = TinyModelConfig()
     lora: LoraConfig = LoraConfig()
     chat_template: bool = False
+    """Render prompts with the checkpoint tokenizer's chat template (when it has one)."""
 
 
 class WarmStart(Settings):
@@ -46,23 +54,34 @@ class WarmStart(Settings):
     """
 
     steps: int = Field(1000, ge=0)
+    """Most warm-start steps; 0 skips the warm start."""
     batch_size: int = Field(64, gt=0)
+    """Demonstrations per warm-start step."""
     lr: float = Field(3e-3, gt=0)
+    """Warm-start AdamW learning rate (linear warm-up over 20 steps)."""
     examples: int = Field(2000, gt=0)
     """Distinct training problems shown (a small set keeps the warm start imperfect)."""
     target_accuracy: float | None = Field(0.35, gt=0, le=1)
+    """Stop once greedy accuracy reaches this; None: run all ``steps``."""
     check_every: int = Field(10, gt=0)
+    """Steps between accuracy checks."""
     check_size: int = Field(200, gt=0)
+    """Held-out training-split problems per accuracy check."""
 
 
 class Rollout(Settings):
     prompts_per_step: int = Field(64, gt=0)
+    """Distinct prompts sampled per training step."""
     samples_per_prompt: int = Field(8, gt=0)
+    """Completions per prompt (the group size G)."""
     max_new_tokens: int | None = Field(None, gt=0)
     """None: the task's longest correct completion + 1 (for the EOS token)."""
     temperature: float = Field(1.0, gt=0)
+    """Sampling temperature of the rollouts."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling mass; 1: off."""
     top_k: int = Field(0, ge=0)
+    """Sample among the k most likely tokens; 0: off."""
     mask_truncated: bool = False
     """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
 
@@ -71,26 +90,37 @@ class Kl(Settings):
     """KL(π‖π_ref) loss term: ``coef · agg(divergence(logp, ref_logp))``; coef 0 needs no reference."""
 
     name: str = DIVERGENCES.default
+    """KL estimator (a registered divergence: k1, k2, k3, ...)."""
     coef: float = Field(0.0, ge=0)
+    """Weight of the KL loss term; 0: no KL term and no reference model."""
     target: float | None = Field(None, gt=0)
     """Adaptive KL controller (Ziegler et al. 2019): with a target, the coefficient of the KL in use (this
     loss term, or the advantage's ``kl_coef`` for KL-in-reward) follows
     ``β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·B/horizon)`` after every step."""
     horizon: int = Field(10000, gt=0)
+    """Horizon of the adaptive controller (in samples; used with ``target``)."""
 
 
 class Optim(Settings):
     lr: float = Field(5e-4, gt=0)
+    """AdamW learning rate of the policy."""
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    """AdamW betas."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
     grad_clip: float | None = Field(1.0, gt=0)
+    """Gradient-norm clip; None: off."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Learning-rate decay after the warm-up, over ``train.steps``."""
     warmup_steps: int = Field(0, ge=0)
+    """Steps of linear learning-rate warm-up."""
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """Final learning rate of a linear or cosine schedule, as a fraction of ``lr``."""
 
 
 class Loop(Settings):
     steps: int = Field(300, gt=0)
+    """Training steps (one rollout batch each)."""
     epochs: int = Field(1, gt=0)
     """Passes over each rollout batch (PPO epochs)."""
     minibatches: int = Field(1, gt=0)
@@ -100,8 +130,11 @@ class Loop(Settings):
     train_pool: int = Field(5000, gt=0)
     """Distinct training problems the prompt stream cycles through."""
     eval_every: int = Field(25, gt=0)
+    """Steps between held-out greedy evaluations (and after the last step)."""
     eval_size: int = Field(500, gt=0)
+    """Test-split problems per evaluation."""
     save_every: int = Field(25, gt=0)
+    """Steps between checkpoints (and after the last step)."""
     max_minutes: float | None = Field(None, gt=0)
     """Wall-clock budget: the run stops (with a checkpoint and a final eval) when it is spent."""
     threads: int | None = Field(None, gt=0)
@@ -117,14 +150,30 @@ class Loop(Settings):
     max_nonfinite_skips: int = Field(3, ge=0)
     """Optimizer steps with a non-finite loss or gradient are skipped; the run stops with an error once more
     than this many were skipped (the last checkpoint, written before, stays clean)."""
+    log_samples_every: int = Field(0, ge=0)
+    """Every N steps, write ``log_samples`` rows of the batch (prompt, completion, rewards, advantage) to
+    ``RUN/samples.jsonl`` and print them as a table; 0: off (docs/logging.md)."""
+    log_samples: int = Field(4, gt=0)
+    """Rows of each sample table, spread over the batch."""
+    report_to: list[str] = ["jsonl"]
+    """Logging backends: ``jsonl`` (metrics.jsonl, always written), ``csv``, ``tensorboard``, ``wandb``
+    (docs/logging.md)."""
+
+    @field_validator("report_to")
+    @classmethod
+    def _known_backends(cls, names: list[str]) -> list[str]:
+        return check_backends(names)
 
 
 class Recipe(Settings):
     name: str = Field("custom", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$", max_length=100)
     """Names the run folder (``output_dir/NAME_sSEED_TIME``): letters, digits and ``_.+-``, no path parts."""
     description: str = ""
+    """One line on the method, shown by ``polo list``."""
     seed: int = 0
+    """Seeds the model, the problems, the prompt stream and sampling."""
     task: dict[str, Any] = {"name": "addition"}
+    """``{name, knobs...}`` of a registered task."""
     rewards: list[dict[str, Any]] | None = None
     """[{name, weight}]; None: the task's default reward components."""
     model: Model = Model()
@@ -133,19 +182,42 @@ class Recipe(Settings):
     built when a chosen component's inputs need it, or (a role that wraps the policy) when it is listed."""
     warm_start: WarmStart = WarmStart()
     engine: dict[str, Any] | str = {"name": ENGINES.default}
+    """Rollout engine: how completions are generated."""
     rollout: Rollout = Rollout()
     prompt_sampler: dict[str, Any] | str = {"name": PROMPT_SAMPLERS.default}
+    """Which prompts each step draws (and which groups it keeps)."""
     shaping: list[dict[str, Any]] = []
+    """Extra reward components computed from the rollouts, each ``{name, knobs...}``."""
     advantage: dict[str, Any] | str = {"name": ADVANTAGES.default}
+    """Advantage estimator."""
     credit: dict[str, Any] | str | None = None
+    """Per-token weights that multiply the advantages after estimation; None: none."""
     policy_loss: dict[str, Any] | str = {"name": POLICY_LOSSES.default}
+    """Per-token policy loss."""
     aggregation: dict[str, Any] | str = {"name": AGGREGATIONS.default}
+    """How token losses are reduced to one scalar."""
     kl: Kl = Kl()
     optimizer_hook: dict[str, Any] | str | None = None
+    """Learning-rate multiplier computed from each step's gradients; None: none."""
     entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss)."""
     optim: Optim = Optim()
     train: Loop = Loop()
     output_dir: str = "runs"
+    """Folder the run folders are created in."""
+    plugins: list[str] = []
+    """Python files the run's components come from, recorded absolute (``polo --plugin`` adds its files);
+    ``polo eval`` and ``--resume`` refuse to start until they are loaded again with ``--plugin``, naming them."""
+
+    @field_validator("task")
+    @classmethod
+    def _task_paths(cls, task: dict[str, Any]) -> dict[str, Any]:
+        return normalize_task_config(task)
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugin_paths(cls, plugins: list[str]) -> list[str]:
+        return [absolute_path(p) for p in plugins]
 
     @model_validator(mode="after")
     def _components_fit(self) -> "Recipe":
@@ -223,13 +295,17 @@ def check_kl_target(recipe: Recipe, components: dict[str, Any]) -> None:
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
+    """Set ``dotted`` in ``tree``; a top-level key the tree lacks starts from the Recipe's default when that is a
+    mapping (``task.digits=3`` → ``task: {name: addition, digits: 3}``)."""
     keys = dotted.split(".")
     node = tree
-    for k in keys[:-1]:
+    for depth, k in enumerate(keys[:-1]):
         child = node.get(k)
         if isinstance(child, str) and k in COMPONENT_KEYS:
             child = {"name": child}
-        if child is None:
+        if child is None and depth == 0 and k in Recipe.model_fields:
+            child = Recipe.model_fields[k].get_default(call_default_factory=True)
+        if child is None or isinstance(child, Settings):
             child = {}
         if not isinstance(child, dict):
             raise ConfigError(f"override {dotted!r}: {k!r} is not a section (it is {child!r})")
@@ -267,13 +343,14 @@ def resolve_recipe_path(recipe: str | Path) -> Path:
     return resolve_shipped(recipe, RECIPES_DIR, "recipe")
 
 
-def validation_message(err: ValidationError) -> str:
-    """One line per problem, each naming its key: unknown keys, wrong types, failed checks."""
+def validation_message(err: ValidationError, model: type[BaseModel]) -> str:
+    """One line per problem, each naming its key: unknown keys (with the closest valid key of ``model``'s section
+    and the section's keys), wrong types, failed checks."""
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            lines.append(f"unknown key {loc!r}")
+            lines.append(unknown_key(model, e["loc"]))
         elif e["type"] == "value_error":
             lines.append(f"{loc + ': ' if loc else ''}{e['ctx']['error'] if 'ctx' in e else e['msg']}")
         else:
@@ -290,10 +367,30 @@ def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
         tree = read_yaml_mapping(path, "a recipe")
     for key, value in parse_overrides(list(overrides)):
         _set_path(tree, key, value)
+    require_recipe_plugins(tree, "the recipe" if isinstance(recipe, dict) else str(path))
     try:
         return Recipe.model_validate(tree)
     except ValidationError as err:
-        raise ConfigError("invalid recipe: " + validation_message(err)) from None
+        raise ConfigError("invalid recipe: " + validation_message(err, Recipe)) from None
+
+
+def with_plugins(recipe: Recipe, plugins: Sequence[str]) -> Recipe:
+    """``recipe`` also recording the plugin files ``plugins`` (absolute, each once)."""
+    paths = [*recipe.plugins, *(absolute_path(p) for p in plugins)]
+    return recipe.model_copy(update={"plugins": list(dict.fromkeys(paths))})
+
+
+def require_recipe_plugins(tree: dict[str, Any], where: str) -> None:
+    """Refuse a recipe tree whose ``plugins`` files are not loaded yet. polo never imports code because a recipe
+    or a run folder names it (a crafted config.yaml must not run code on ``polo eval``): the user passes the
+    files with ``--plugin`` (or ``load_plugin`` in Python), and the message says which."""
+    plugins = tree.get("plugins")
+    missing = [p for p in (plugins if isinstance(plugins, list) else []) if isinstance(p, str) and not is_loaded(p)]
+    if missing:
+        flags = " ".join(f"--plugin {p}" for p in missing)
+        raise ConfigError(f"{where} was made with plugin files that are not loaded: {', '.join(missing)}; polo does "
+                          f"not run code named by a recipe or run folder on its own: if you trust them, add {flags} "
+                          f"before the command (polo {flags} eval|train ...), or load_plugin() them in Python")
 
 
 def resolved_tree(recipe: Recipe) -> dict[str, Any]:
@@ -331,18 +428,36 @@ def save_config(tree: dict[str, Any], run_dir: Path) -> None:
     os.replace(tmp, path)
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_tree(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"optim": {"lr": 1e-4}}`` → ``{"optim.lr": 1e-4}`` (lists are leaves)."""
     if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in _flatten(sub, f"{prefix}{key}.").items()}
+        return {k: v for key, sub in tree.items() for k, v in flatten_tree(sub, f"{prefix}{key}.").items()}
     return {prefix[:-1]: tree}
 
 
 def config_changes(trained: dict, now: dict, allowed: tuple[str, ...] = EXTENDABLE) -> list[str]:
     """``key: old → new`` for every setting of ``now`` that differs from ``trained`` (both ``resolved_tree``s),
-    except the ``allowed`` keys."""
-    old, new = _flatten(trained), _flatten(now)
+    except the ``allowed`` keys and ``plugins`` (where components come from, not a setting). A setting added to
+    polo after the run was trained counts as unchanged when ``now`` holds its default."""
+    try:  # fill in the settings the trained tree predates with their defaults
+        trained = resolved_tree(Recipe.model_validate(trained))
+    except (ValidationError, ConfigError):  # a key since removed or renamed: compared as written
+        pass
+    old, new = flatten_tree(trained), flatten_tree(now)
     return [f"{k}: {old.get(k, '(absent)')!r} → {new.get(k, '(absent)')!r}" for k in sorted(old.keys() | new.keys())
-            if k not in allowed and old.get(k, ...) != new.get(k, ...)]
+            if k not in allowed and k != "plugins" and old.get(k, ...) != new.get(k, ...)]
+
+
+def default_run_dir(recipe: Recipe) -> Path:
+    """``output_dir/NAME_sSEED_YYYYmmdd-HHMMSS``: a new folder for every run."""
+    return Path(recipe.output_dir) / f"{recipe.name}_s{recipe.seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def with_rewards(recipe: Recipe, rewards: Sequence[Any]) -> Recipe:
+    """``recipe`` with its reward list replaced by ``rewards``: names, ``(name, weight)``, Python functions or
+    ``(function, weight)`` (a function is registered under its ``__name__``; see ``RewardSpec.of``)."""
+    specs = [RewardSpec.of(r) for r in rewards]
+    return load_recipe({**recipe.model_dump(), "rewards": [{"name": s.name, "weight": s.weight} for s in specs]})
 
 
 def load_run_config(run_dir: Path, overrides: list[str] = ()) -> Recipe:

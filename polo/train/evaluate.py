@@ -9,9 +9,8 @@ from polo.tasks.base import Example, Task
 
 
 @torch.no_grad()
-def accuracy(
+def completions(
     policy: Policy,
-    task: Task,
     examples: list[Example],
     max_new_tokens: int,
     *,
@@ -19,18 +18,23 @@ def accuracy(
     temperature: float = 1.0,
     seed: int = 0,
     chunk: int = 512,
-) -> float:
-    """Fraction of ``examples`` whose completion the task's verifier accepts."""
+) -> list[str]:
+    """The policy's completion of each example: greedy, or sampled from ``seed``."""
     was_training = policy.training
     policy.eval()
     generator = torch.Generator().manual_seed(seed)
-    hits = 0
+    texts: list[str] = []
     for start in range(0, len(examples), chunk):
-        part = examples[start : start + chunk]
-        ids, mask = policy.encode_prompts([e.prompt for e in part])
+        ids, mask = policy.encode_prompts([e.prompt for e in examples[start : start + chunk]])
         out = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
                      greedy=greedy, generator=generator)
-        texts = policy.decode(out.response_ids, out.response_mask)
-        hits += sum(task.is_correct(t, e) for t, e in zip(texts, part))
+        texts += policy.decode(out.response_ids, out.response_mask)
     policy.train(was_training)
-    return hits / max(1, len(examples))
+    return texts
+
+
+def accuracy(policy: Policy, task: Task, examples: list[Example], max_new_tokens: int, **sampling) -> float:
+    """Fraction of ``examples`` whose completion (``sampling``: see ``completions``) the task's verifier
+    accepts."""
+    texts = completions(policy, examples, max_new_tokens, **sampling)
+    return sum(task.is_correct(t, e) for t, e in zip(texts, examples)) / max(1, len(examples))

@@ -5,13 +5,22 @@ import torch
 
 from polo.core.batch import RolloutBatch
 from polo.rollout.prompt_samplers import group_reward_spread
+from polo.train.samples import present_mask
+
+
+def present_means(batch: RolloutBatch) -> torch.Tensor:
+    """``[K]`` each reward component's mean over the samples it scored (False in ``extras["reward_present"]``
+    where a reward returned None, as TRL's ``nanmean``); NaN if it scored none."""
+    present = present_mask(batch)
+    return (batch.rewards * present).sum(0) / present.sum(0)
 
 
 def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, float]:
     mask = batch.mask
     n = mask.sum().clamp_min(1)
     reward = batch.scalar_reward()
-    row = {f"reward/{name}": float(batch.rewards[:, k].mean()) for k, name in enumerate(batch.reward_names)}
+    means = present_means(batch)
+    row = {f"reward/{name}": float(means[k]) for k, name in enumerate(batch.reward_names)}
     row["reward/total"] = float(reward.mean())
     row["train/accuracy"] = float(correct.float().mean())
     row["frac_reward_zero_std"] = float((group_reward_spread(reward, batch.group) == 0).float().mean())

@@ -27,13 +27,15 @@ from polo.policy.tiny import build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
-from polo.tasks import build_task
+from polo.tasks import Example, build_task
+from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardSpec, resolve_reward
-from polo.train.callbacks import Callback, builtin_callbacks
+from polo.train.builtin_callbacks import builtin_callbacks
+from polo.train.callbacks import Callback
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
-from polo.train.config import (Recipe, build_components, build_role, config_changes, load_run_config, resolved_tree,
-                               save_config)
+from polo.train.config import (Recipe, build_components, build_role, config_changes, default_run_dir, load_recipe,
+                               load_run_config, resolved_tree, save_config, with_rewards)
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
 from polo.train.evaluate import accuracy
@@ -42,6 +44,8 @@ from polo.train.kl_control import KlCoefficients
 from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
+from polo.train.reward_probe import probe_rewards
+from polo.train.run_warnings import chat_template_warning, data_warnings
 from polo.train.schedule import lr_multiplier
 from polo.train.stats import advantage_diagnostics, rollout_metrics
 from polo.train.update import LossTerms, Updater, UpdateSettings
@@ -52,7 +56,7 @@ class NonFiniteError(RuntimeError):
     """Too many optimizer steps had a non-finite loss or gradient; the run stops, its last checkpoint clean."""
 
 
-def check_context(policy: Policy, prompts: Sequence[str], max_new: int, setting: str) -> None:
+def check_context(policy: Policy, prompts: Sequence[str | Example], max_new: int, setting: str) -> None:
     """Refuse prompts that, with ``max_new`` response tokens, exceed the model's context
     (``max_position_embeddings``): such a run would read positions the model never learned."""
     context = getattr(policy.hf_model.config, "max_position_embeddings", None)
@@ -60,14 +64,15 @@ def check_context(policy: Policy, prompts: Sequence[str], max_new: int, setting:
         return
     lengths = policy.encode_prompts(list(prompts))[1].sum(1)
     longest = int(lengths.argmax())
+    text = getattr(prompts[longest], "prompt", prompts[longest])
     if int(lengths[longest]) + max_new > context:
         raise ConfigError(
-            f"the longest prompt ({int(lengths[longest])} tokens: {prompts[longest][:40]!r}) plus {max_new} new tokens "
+            f"the longest prompt ({int(lengths[longest])} tokens: {text[:40]!r}) plus {max_new} new tokens "
             f"(rollout.max_new_tokens, by default the task's longest answer + 1) exceed the model's context of "
             f"{context} positions ({setting}): shorten the prompts or answers, or use a model with a longer context")
 
 
-def load_policy(recipe: Recipe, task, prompts: Sequence[str], log=print) -> Policy:
+def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=print) -> Policy:
     """The recipe's checkpoint, or the warm-started built-in model; ``prompts`` (all a run will use) must fit
     its context with ``max_new_tokens``, checked before the warm start trains anything."""
     max_new = max_new_tokens(recipe, task)
@@ -79,6 +84,8 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str], log=print) -> Poli
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
     policy = Policy.load(path, lora=lora, chat_template=recipe.model.chat_template)
+    if recipe.model.chat_template and not policy.chat_template:
+        log(chat_template_warning(path))
     if recipe.model.path is not None:
         check_context(policy, prompts, max_new, f"max_position_embeddings in {path}/config.json")
     return policy
@@ -98,8 +105,14 @@ class Trainer:
     """One training run of ``recipe`` in ``run_dir``; ``callbacks`` (``polo.train.callbacks.Callback``) run at
     fixed points of every step after the built-in ones the recipe asks for."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, log=print, callbacks: Sequence[Callback] = ()):
-        self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
+    def __init__(self, recipe: Recipe | str, run_dir: Path | str | None = None, log=print,
+                 callbacks: Sequence[Callback] = (), rewards: Sequence[Any] | None = None):
+        """``recipe``: a Recipe or a shipped recipe's name or path; ``run_dir``: default
+        ``output_dir/NAME_sSEED_TIME``; ``rewards`` replaces the recipe's (names, functions, with weights)."""
+        recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+        if rewards is not None:
+            recipe = with_rewards(recipe, rewards)
+        self.recipe, self.run_dir, self.log = recipe, Path(run_dir or default_run_dir(recipe)), log
         self.callbacks = [*builtin_callbacks(recipe), *callbacks]
         set_threads(recipe)
         torch.manual_seed(recipe.seed)
@@ -111,7 +124,11 @@ class Trainer:
             resolve_reward(self.task, spec.name)
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
-        policy = load_policy(recipe, self.task, [e.prompt for e in pool + self.eval_examples], log)
+        # every reward scores two demonstrations: one that raises fails before anything is trained
+        probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
+        for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None):
+            log(message)
+        policy = load_policy(recipe, self.task, pool + self.eval_examples, log)
         self.config_tree = resolved_tree(recipe)  # every setting filled in: config.yaml, each checkpoint, resume check
         self.components = c = build_components(recipe)
         self.engine, self.advantage = c["engine"], c["advantage"]
@@ -123,8 +140,9 @@ class Trainer:
         self.policy = policy
         r, o = recipe.rollout, recipe.optim
         self.max_new_tokens = max_new_tokens(recipe, self.task)
+        self.reward_context = RewardContext(TrainerState(max_steps=recipe.train.steps))
         self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
-                                      r.temperature, r.top_p, r.top_k))
+                                      r.temperature, r.top_p, r.top_k, self.reward_context))
         params = [p for p in self.policy.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
         self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)
@@ -219,6 +237,7 @@ class Trainer:
         timings: dict[str, float] = {}
         t = time.perf_counter()
         self.policy.eval()
+        self.reward_context.state.global_step = self.step_count  # the rewards' trainer_state
         got, row = c["prompt_sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
                                                self.sample_generator, c)
         self.last_rollouts, batch = got, got.batch
@@ -232,6 +251,9 @@ class Trainer:
                 batch.reward_names = (*batch.reward_names, shaping.registry_name)
                 batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
                 batch.reward_max = torch.cat([batch.reward_max, torch.tensor([shaping.max_value])])
+                if "reward_present" in batch.extras:  # a shaping term scores every row
+                    present = batch.extras["reward_present"]
+                    batch.extras["reward_present"] = torch.cat([present, present.new_ones(len(present), 1)], 1)
         if r.rollout.mask_truncated:
             batch.response_mask = batch.response_mask * ~batch.truncated[:, None]
         provide_inputs(self.inputs, got, self.plan)
@@ -277,6 +299,7 @@ class Trainer:
         row.update({f"time/{k}": v for k, v in timings.items()})
         row["time/step"] = total
         row["perf/tokens_per_s"] = float(batch.response_mask.sum()) / max(total, 1e-9)
+        row.update(self.reward_context.take_metrics())  # what the rewards logged with log_metric
         return row
 
     @torch.no_grad()
@@ -298,6 +321,7 @@ class Trainer:
         self.policy.eval()
         for comp in self.components.values():
             row.update(comp.before_training(context))
+        row.update(self.reward_context.take_metrics())
         return row
 
     # ----------------------------------------------------------------- loop

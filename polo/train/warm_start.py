@@ -28,6 +28,7 @@ from polo.tasks.base import Task
 from polo.train.config import Recipe
 from polo.train.lock import RunLock
 from polo.train.manifest import file_sha256, verify_manifest, write_manifest
+from polo.train.run_warnings import held_out_overlap_warning, warm_start_cap_warning
 
 
 def cache_root() -> Path:
@@ -86,6 +87,9 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
     warm = recipe.warm_start
     examples = task.examples("train", warm.examples + warm.check_size, seed=recipe.seed)
     examples, held_out = examples[: warm.examples], examples[warm.examples :]
+    overlap = held_out_overlap_warning(examples, held_out)
+    if overlap:
+        log(overlap)
     completions = [task.demonstration(e) for e in examples]
     max_new = task.max_completion_chars + 1
     generator = torch.Generator().manual_seed(recipe.seed)
@@ -95,7 +99,7 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
     for step in range(warm.steps):
         policy.train()
         idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
-        prompt_ids, prompt_mask = policy.encode_prompts([examples[i].prompt for i in idx])
+        prompt_ids, prompt_mask = policy.encode_prompts([examples[i] for i in idx])
         ids, mask = policy.encode_completions([completions[i] for i in idx])
         logp = policy.forward_logp(prompt_ids, prompt_mask, ids, mask)["logp"]
         loss = -(logp * mask).sum() / mask.sum()
@@ -112,6 +116,9 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
         if (step + 1) % 100 == 0:
             log(f"warm start step {step + 1}/{warm.steps}: loss {loss.item():.4f}" +
                 (f", held-out greedy accuracy {acc:.3f}" if acc is not None else ""))
+    else:  # the step cap, not the target, ended it
+        if warm.steps and warm.target_accuracy is not None:
+            log(warm_start_cap_warning(warm.steps, warm.target_accuracy, acc))
     policy.eval()
     return acc
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from polo.arena import write_report
-from polo.arena.curves import curve_vs_step, curve_vs_time, smooth
+from polo.arena.curves import curve, smooth
 from polo.arena.summary import ACCURACY, RunResult
 
 from .helpers import fake_arena
@@ -39,8 +39,10 @@ def test_markdown_has_tables_and_figures(report):
     _, out = report
     md = (out / "report.md").read_text()
     assert "## Ranking by final accuracy" in md and "## Results per entry" in md
-    assert "| grpo | grpo | 0,1,2 | 0.600 [0.500, 0.700] | 2 s (3/3) |" in md
-    assert "4 s (2/3)" in md and "bootstrap test of the difference" in md
+    assert "| grpo | grpo | 0,1,2 | 0.600 [0.500, 0.700] | 3/3 seeds reached; median 2 s |" in md
+    assert "| rloo | rloo | 0,1,2 | 0.500 [0.400, 0.600] | 2/3 seeds reached; median 4 s |" in md
+    assert "## Results per seed" in md and "## What differs between entries" in md
+    assert "bootstrap test of the difference" in md
     for name in re.findall(r"\]\((figures/[^)]+\.png)\)", md):
         assert (out / name).stat().st_size > 1000
     assert len(re.findall(r"!\[", md)) == 4
@@ -49,7 +51,8 @@ def test_markdown_has_tables_and_figures(report):
 def test_html_is_self_contained(report):
     _, out = report
     page = (out / "report.html").read_text()
-    assert page.count("src='data:image/png;base64,") == 4
+    assert page.count("src='data:image/png;base64,") == 4 and page.count("<table>") == 4
+    assert "<td>rloo</td><td>0</td><td>0.200</td><td>0.400</td><td>+0.200</td><td>not reached</td>" in page
     assert not re.search(r"(src|href)=['\"]?(https?:|//|file:)", page)
     assert "<table>" in page and "grpo" in page
 
@@ -57,10 +60,10 @@ def test_html_is_self_contained(report):
 def test_curves_mean_and_band():
     a = RunResult("x", 0, [{"step": 0, ACCURACY: 0.2}, {"step": 2, "elapsed_s": 2.0, ACCURACY: 0.4}])
     b = RunResult("x", 1, [{"step": 0, ACCURACY: 0.4}, {"step": 2, "elapsed_s": 4.0, ACCURACY: 0.6}])
-    by_step = curve_vs_step([a, b], ACCURACY)
+    by_step = curve([a, b], ACCURACY, "step")
     assert by_step.x.tolist() == [0, 2] and by_step.mean == pytest.approx([0.3, 0.5], abs=F64)
     assert by_step.low == pytest.approx([0.2, 0.4], abs=F64) and by_step.high == pytest.approx([0.4, 0.6], abs=F64)
-    by_time = curve_vs_time([a, b], ACCURACY)  # ends with the shorter run, at 2 s, where b is half-way
+    by_time = curve([a, b], ACCURACY, "elapsed_s")  # ends with the shorter run, at 2 s, where b is half-way
     assert by_time.x[0] == 0 and by_time.x[-1] == 2.0
     assert by_time.mean[0] == pytest.approx(0.3, abs=F64) and by_time.mean[-1] == pytest.approx(0.45, abs=F64)
     assert (by_time.low[-1], by_time.high[-1]) == pytest.approx((0.4, 0.5), abs=F64)

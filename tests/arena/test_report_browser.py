@@ -33,7 +33,7 @@ def test_report_renders_with_figures_and_no_errors(tmp_path):
     arena, out = fake_arena(tmp_path)
     write_report(arena, out, "polo arena a.yaml")
     dom, log = dump_dom(out / "report.html", tmp_path / "profile")
-    assert "<h1>Arena" in dom and dom.count("<table>") == 2 and "grpo" in dom
+    assert "<h1>Arena" in dom and dom.count("<table>") == 4 and "grpo" in dom
     assert len(re.findall(r"<img [^>]*src=\"data:image/png;base64,", dom)) == 4
     root = html_tag(dom)
     assert 'data-figures-decoded="4"' in root, "the browser did not decode the 4 figures"

@@ -67,7 +67,7 @@ def test_trl_reward_runs_unchanged_and_receives_every_column():
     [
         ("test_short_reward", [1.0], "returned 1 values for a batch of 2"),
         ("test_nan_reward", [1.0, math.nan], "non-finite"),
-        ("test_none_item_reward", [1.0, None], "must return a list of floats"),
+        ("test_str_item_reward", [1.0, "high"], "must return a list of floats or None"),
         ("test_none_reward", None, "must return a list of B numbers, got a NoneType"),
         ("test_dict_reward", {"1.0": 0, "0.0": 1}, "must return a list of B numbers, got a dict"),
         ("test_string_reward", "10", "must return a list of B numbers, got a str"),

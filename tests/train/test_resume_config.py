@@ -1,10 +1,12 @@
 """A resumed run uses the configuration it was trained with, or says which key differs."""
+import copy
+
 import pytest
 import yaml
 
 from polo.cli import main
 from polo.core.registry import ConfigError
-from polo.train.config import load_recipe
+from polo.train.config import config_changes, load_recipe, resolved_tree
 from polo.train.metrics import read_metrics
 from polo.train.trainer import Trainer, resume
 
@@ -44,3 +46,13 @@ def test_run_folder_paths_stay_where_they_are_asked(tiny, tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("x")
     assert main(["train", "grpo", *tiny, f"--run-dir={a_file}"]) == 2
+
+
+def test_a_setting_added_since_the_run_counts_as_unchanged_at_its_default():
+    """A checkpoint of an older polo lacks settings added since; resuming it must not be refused for them."""
+    now = resolved_tree(load_recipe("grpo"))
+    older = copy.deepcopy(now)
+    del older["train"]["log_samples_every"], older["advantage"]["eps"]
+    assert config_changes(older, now) == []
+    changed = resolved_tree(load_recipe("grpo", ["train.log_samples_every=5"]))
+    assert config_changes(older, changed) == ["train.log_samples_every: 0 → 5"]

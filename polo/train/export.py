@@ -1,0 +1,125 @@
+"""Export a run's policy as a standard Hugging Face folder that loads without polo.
+
+``AutoModelForCausalLM.from_pretrained(OUT)`` and ``AutoTokenizer.from_pretrained(OUT)`` read an export: it holds
+config.json, model.safetensors, generation_config.json, the tokenizer files (with its chat template, if it has
+one) and ``polo_export.json`` (the run, step and whether LoRA was merged). A LoRA policy is exported merged
+(``merge_lora``: ``W + ΔW``, a plain model) or as its base weights plus ``adapter/``, a PEFT adapter folder
+(``PeftModel.from_pretrained(model, OUT / "adapter")``).
+
+An export is written into a temporary sibling folder and renamed into place, so OUT never holds a partial
+export. An existing OUT is replaced only when it is empty or a previous export (it has ``polo_export.json``);
+any other folder or file is refused. ``FinalExport`` writes ``RUN/final/`` (LoRA merged) when training ends.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+from polo.core.registry import ConfigError
+from polo.policy.lora import apply_lora, is_lora
+from polo.policy.policy import Policy
+from polo.policy.tiny import build_tiny_model
+from polo.policy.tokenizer import build_char_tokenizer
+from polo.train.callbacks import Callback
+from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
+from polo.train.config import Recipe, load_recipe
+
+if TYPE_CHECKING:
+    from polo.train.trainer import Trainer
+
+EXPORT_INFO = "polo_export.json"
+FINAL_DIR = "final"
+
+
+def _check_replaceable(out: Path) -> None:
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ConfigError(f"export folder {str(out)!r} is not a folder: expected a new, empty or exported folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_INFO).is_file():
+        raise ConfigError(f"export folder {str(out)!r} is not empty and holds no {EXPORT_INFO} (not a previous "
+                          f"export): refusing to overwrite it; choose a new folder")
+
+
+def save_export(policy: Policy, out: str | Path, info: dict[str, Any], *, merge_lora: bool) -> Path:
+    """Write ``policy`` (``Policy.save``) and ``info`` (``polo_export.json``) to ``out`` atomically, replacing
+    an empty folder or a previous export there."""
+    out = Path(out)
+    _check_replaceable(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = (out.parent / f".{prefix}_{out.name}_{os.getpid()}" for prefix in ("tmp", "old"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        policy.save(tmp, merge_lora=merge_lora)
+        (tmp / EXPORT_INFO).write_text(json.dumps({**info, "merged_lora": merge_lora and is_lora(policy.model)},
+                                                  indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.is_dir() and any(out.iterdir()):  # a previous export: moved aside, removed once the new one is in place
+        os.replace(out, old)
+    os.replace(tmp, out)  # an empty folder is replaced by the rename itself
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def select_checkpoint(run_dir: Path, step: int | None, log: Callable[[str], Any]) -> Path:
+    """``checkpoints/step_N`` for ``step`` (it must verify), or the newest checkpoint that verifies."""
+    if step is None:
+        ckpt = latest_checkpoint(run_dir, log)
+        if ckpt is None:
+            raise ConfigError(f"{run_dir} has no checkpoint that verifies")
+        return ckpt
+    steps = checkpoint_steps(run_dir)
+    if step not in steps:
+        raise ConfigError(f"{run_dir} has no checkpoint of step {step}; available steps: "
+                          f"{', '.join(map(str, steps)) or 'none'}")
+    reason = verify_checkpoint(steps[step])
+    if reason is not None:
+        raise CheckpointError(f"cannot export {steps[step]}: {reason}")
+    return steps[step]
+
+
+def build_run_policy(recipe: Recipe) -> Policy:
+    """The run's policy with untrained weights (a checkpoint supplies them): ``model.path``, or the built-in
+    model of ``model.tiny`` with the char tokenizer (no warm start needed); LoRA-wrapped as in training."""
+    lora = recipe.model.lora if recipe.model.lora.r > 0 else None
+    if recipe.model.path is not None:
+        return Policy.load(recipe.model.path, lora=lora, chat_template=recipe.model.chat_template)
+    with torch.random.fork_rng(devices=[]):  # initial weights are overwritten: draw nothing from the caller's RNG
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(recipe.model.tiny, tokenizer)
+        return Policy(apply_lora(model, lora) if lora else model, tokenizer)
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, merge_lora: bool = False,
+               log: Callable[[str], Any] = print) -> Path:
+    """Write the policy of ``run_dir``'s checkpoint (``step``, default the newest that verifies) to ``out_dir`` as
+    a Hugging Face folder (see the module docstring); returns ``out_dir``."""
+    run = Path(run_dir)
+    if not (run / "config.yaml").is_file():
+        raise ConfigError(f"{run} is not a run folder (no config.yaml)")
+    ckpt = select_checkpoint(run, step, log)
+    policy = build_run_policy(load_recipe(run / "config.yaml"))
+    try:
+        policy.load_state_dict(load_weights(ckpt)["policy"])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{ckpt} does not hold weights of the model {run / 'config.yaml'} describes: "
+                              f"{str(err).splitlines()[0]}") from None
+    out = save_export(policy, out_dir, {"run": str(run.resolve()), "checkpoint": ckpt.name,
+                                        "step": int(ckpt.name.removeprefix("step_"))}, merge_lora=merge_lora)
+    log(f"exported {ckpt} to {out}")
+    return out
+
+
+class FinalExport(Callback):
+    """Writes ``RUN/final/`` when training ends: the trained policy, LoRA merged, loadable with
+    ``AutoModelForCausalLM.from_pretrained`` (a previous ``final/``, e.g. before a resume, is replaced)."""
+
+    def on_train_end(self, trainer: Trainer, rows: list[dict[str, Any]]) -> None:
+        out = save_export(trainer.policy, trainer.run_dir / FINAL_DIR,
+                          {"run": str(trainer.run_dir.resolve()), "step": trainer.step_count}, merge_lora=True)
+        trainer.log(f"final model: {out}")
