@@ -98,7 +98,8 @@ def cmd_eval(args) -> int:
     from polo.train.checkpoint import latest_checkpoint, load_weights
     from polo.train.config import load_recipe
     from polo.train.evaluate import accuracy
-    from polo.train.trainer import load_policy, max_new_tokens, set_threads
+    from polo.train.export import build_run_policy
+    from polo.train.trainer import max_new_tokens, set_threads
 
     run = Path(args.run)
     if not (run / "config.yaml").is_file():
@@ -113,11 +114,11 @@ def cmd_eval(args) -> int:
     except ConfigError as err:
         raise ConfigError(f"{err}{_plugin_hint(run, err, args.plugin)}") from None
     set_threads(recipe)
-    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
-    policy = load_policy(recipe, task, test, _log)
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise ConfigError(f"{run} has no checkpoint that verifies")
+    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
+    policy = build_run_policy(recipe)  # the checkpoint holds every weight: no warm start needed
     policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
     n_new = max_new_tokens(recipe, task)
     result = {

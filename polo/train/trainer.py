@@ -266,6 +266,7 @@ class Trainer:
             batch.advantages = batch.advantages * c["credit"](batch)
         row.update(rollout_metrics(batch, got.correct))
         row.update(advantage_diagnostics(batch))
+        row.update(result.diagnostics)
         trained = batch if result.keep is None else batch.select(result.keep)
         timings["advantage"] = time.perf_counter() - t
 

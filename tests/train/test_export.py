@@ -148,3 +148,13 @@ def test_cli_errors_are_one_line(case, run, tmp_path, capsys):
     assert code != 0
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert not (tmp_path / "out").exists() and (tmp_path / "occupied" / "notes.txt").read_text() == "mine"
+
+
+def test_eval_needs_no_warm_start_cache(run, tmp_path, monkeypatch, capsys):
+    """``polo eval`` rebuilds the model from config.yaml and the checkpoint: on a machine without the run's
+    warm-start cache it evaluates without training one."""
+    empty = tmp_path / "empty_cache"
+    monkeypatch.setenv("POLO_CACHE", str(empty))
+    assert main(["eval", str(run), "--size", "4"]) == 0
+    assert json.loads(capsys.readouterr().out)["examples"] == 4
+    assert not (empty / "warm_start").exists()

@@ -4,7 +4,7 @@ from polo.core.advantages.gae import GAE, gae
 from polo.core.advantages.group import GRPO, RLOO, DrGRPO
 from polo.core.advantages.reinforce_pp import ReinforcePP, ReinforcePPBaseline
 from polo.core.advantages import (  # noqa: F401  (registers)
-    gpg, grpo_passk, info_gae, mc_grpo, ngrpo, oblr_weighted_baseline, opo, optimal_token_baseline, poise, redippo,
+    gigpo, gpg, grpo_passk, info_gae, mc_grpo, ngrpo, oblr_weighted_baseline, opo, optimal_token_baseline, poise, redippo,
     remax, spo,
 )
 

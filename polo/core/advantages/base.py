@@ -1,7 +1,7 @@
 """Advantage estimators: a rollout batch → token advantages ``[B,T]``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from pydantic import PrivateAttr, field_validator
@@ -17,6 +17,7 @@ class AdvantageResult:
     advantages: Tensor  # [B,T], zero where response_mask == 0
     returns: Tensor | None = None  # [B,T] critic targets (GAE) or None
     keep: Tensor | None = None  # [B] bool: rows that enter the loss (None: all), e.g. MC-GRPO drops its pivot
+    diagnostics: dict[str, float] = field(default_factory=dict)  # logged by the trainer as given, e.g. "gigpo/..."
 
 
 class AdvantageEstimator(Component):

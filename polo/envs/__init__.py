@@ -1,0 +1,34 @@
+"""Text environments for multi-turn agent RL: the contract, the registry and the built-ins.
+
+Built-ins: ``TextGrid-v0`` (gridworld, global or egocentric observations), ``KBLookup-v0`` (multi-hop lookup
+through a search tool; ``memory`` and ``skills`` variants) and ``GuessNum-v0`` (guess-the-number with an
+underspecified user). ``make("TextGrid-v0", obs_mode="local")`` or ``make({"name": ..., **knobs})`` builds
+one; ``@register_environment(name)`` adds a plugin's; ``GymTextEnvironment`` wraps a gymnasium-style one::
+
+    env = make("GuessNum-v0")
+    obs = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(env.expert())
+"""
+from polo.envs.base import Environment, StepResult, Transition, obs_hash
+from polo.envs.gym_adapter import GymTextEnvironment
+from polo.envs.registry import ENVIRONMENTS, make, register_environment
+from polo.envs.render import ACTION_SEP, TURN_SEP, render_context
+from polo.envs.transcripts import Transcript, expert_policy, noisy_expert, play
+
+__all__ = [
+    "ACTION_SEP",
+    "ENVIRONMENTS",
+    "TURN_SEP",
+    "Environment",
+    "GymTextEnvironment",
+    "StepResult",
+    "Transcript",
+    "Transition",
+    "expert_policy",
+    "make",
+    "noisy_expert",
+    "obs_hash",
+    "play",
+    "register_environment",
+    "render_context",
+]
