@@ -67,7 +67,7 @@ def cmd_train(args) -> int:
 def cmd_sft(args) -> int:
     from polo.tasks import build_task
     from polo.train.config import load_recipe
-    from polo.train.evaluate import accuracy
+    from polo.rollout.evaluate import accuracy
     from polo.train.trainer import load_policy, max_new_tokens, set_threads
 
     recipe = load_recipe(args.recipe, args.overrides)
@@ -97,7 +97,7 @@ def cmd_eval(args) -> int:
     from polo.tasks import build_task
     from polo.train.checkpoint import latest_checkpoint, load_weights
     from polo.train.config import load_recipe
-    from polo.train.evaluate import accuracy
+    from polo.rollout.evaluate import accuracy
     from polo.train.export import build_run_policy
     from polo.train.trainer import max_new_tokens, set_threads
 
@@ -138,7 +138,7 @@ def _show_completions(policy, task, examples, max_new: int) -> None:
     """A table (on stderr, beside the log) of ``examples`` with their greedy completions and verdicts."""
     from rich.markup import escape
 
-    from polo.train.evaluate import completions
+    from polo.rollout.evaluate import completions
     from polo.train.samples import render_table
 
     rows = [{"prompt": e.prompt, "greedy completion": text, "answer": e.answer, "correct": task.is_correct(text, e)}

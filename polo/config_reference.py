@@ -22,6 +22,7 @@ from polo.catalog import _summary
 from polo.config_equivalents import EQUIVALENTS
 from polo.core.registry import DIVERGENCES, SHAPING, Registry
 from polo.core.suggest import section_model
+from polo.envs import ENVIRONMENTS
 from polo.policy.roles import ROLES
 from polo.tasks.registry import TASKS
 from polo.train.config import STAGES, Recipe, flatten_tree, resolved_tree
@@ -105,6 +106,11 @@ def resolved_keys(recipe: Recipe) -> list[tuple[Key, Any]]:
             cls = registry.get(name)
             described[f"{prefix}name"] = Key(f"{prefix}name", registry.kind, _default_name(key, registry), summary(cls))
             described.update({k.key: k for k in keys(cls, prefix)})
+    env = tree["task"].get("env")
+    if isinstance(env, dict) and "name" in env:  # the environment task's environment: a registry entry of its own
+        cls = ENVIRONMENTS.get(env["name"])
+        described["task.env.name"] = Key("task.env.name", ENVIRONMENTS.kind, None, summary(cls))
+        described.update({k.key: k for k in keys(cls, "task.env.")})
     return [(described.get(k, Key(k, "", None, "")), v) for k, v in flatten_tree(tree).items()]
 
 

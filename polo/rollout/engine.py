@@ -16,11 +16,12 @@ from pydantic import PrivateAttr
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.registry import Component, Registry
+from polo.rollout.evaluate import accuracy
 from polo.tasks.base import Example, Task
 from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
-ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn",), default="single_turn")
+ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn"), default="single_turn")
 
 
 @dataclass
@@ -108,6 +109,12 @@ class Engine(Component):
         """``samples_per_prompt`` (default: the recipe's) scored samples of each example; consecutive rows form
         a group, ``extras["prompt_index"]`` holds each row's index in the training pool."""
         raise NotImplementedError
+
+    def evaluate(self, policy, examples: list[Example]) -> float:
+        """Held-out success: the fraction of ``examples`` the policy solves greedily (here: the task's verifier on
+        one greedy completion each; an engine of episodes counts solved episodes)."""
+        s = self.settings
+        return accuracy(policy, s.task, examples, s.max_new_tokens, greedy=True)
 
     def sync(self, policy, version: int) -> None:
         """After each update (``version`` = completed steps): push the new weights where generation runs."""

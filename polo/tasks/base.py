@@ -71,6 +71,11 @@ class Task(Component):
         """Draw one problem from the whole problem space (generated tasks implement this)."""
         raise NotImplementedError
 
+    def warm_start_examples(self, n: int, seed: int) -> list[Example]:
+        """The supervised warm start's ``n`` demonstrations (prompt → ``demonstration``): training examples here;
+        a task of episodes gives the steps of noisy expert episodes instead."""
+        return self.examples("train", n, seed)
+
     def examples(self, split: Split, n: int, seed: int) -> list[Example]:
         """``n`` examples of ``split``, deterministic given ``seed``; the splits never share a prompt."""
         check_split(split)

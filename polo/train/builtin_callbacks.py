@@ -1,6 +1,7 @@
 """The callbacks a recipe turns on through its settings, in the order they run (before any the caller passes)."""
 from __future__ import annotations
 
+from polo.train.agent_metrics import AgentMetrics
 from polo.train.backends import backend_callbacks
 from polo.train.callbacks import Callback
 from polo.train.export import FinalExport
@@ -10,8 +11,8 @@ from polo.train.trl_metrics import TrlMetrics
 
 
 def builtin_callbacks(recipe) -> list[Callback]:
-    """TRL-named metrics, the sample table (``train.log_samples_every``), the logging backends
-    (``train.report_to``), the truncation warning and the final export to ``RUN/final``."""
+    """Episode metrics (multi-turn runs), TRL-named metrics, the sample table (``train.log_samples_every``), the
+    logging backends (``train.report_to``), the truncation warning and the final export to ``RUN/final``."""
     t = recipe.train
     samples = [SampleLog(t.log_samples_every, t.log_samples)] if t.log_samples_every else []
-    return [TrlMetrics(), *samples, *backend_callbacks(t.report_to), TruncationWarning(), FinalExport()]
+    return [AgentMetrics(), TrlMetrics(), *samples, *backend_callbacks(t.report_to), TruncationWarning(), FinalExport()]

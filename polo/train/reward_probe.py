@@ -17,7 +17,10 @@ def probe_rewards(task: Task, specs: Sequence[RewardSpec], examples: Sequence[Ex
                   max_steps: int) -> None:
     """Score the first ``PROBE_SIZE`` examples' demonstrations with every reward (their token ids from the run's
     tokenizer: the built-in one, or ``model_path``'s), as training will; a RewardError or ConfigError names the
-    failing reward. What the rewards log here is discarded."""
+    failing reward. What the rewards log here is discarded. Nothing to do without reward functions (an
+    environment's episodes are scored by the environment)."""
+    if not specs:
+        return
     sample = list(examples[:PROBE_SIZE])
     demos = [task.demonstration(e) for e in sample]
     tokenizer = build_char_tokenizer() if model_path is None else load_tokenizer(model_path)

@@ -38,7 +38,6 @@ from polo.train.config import (Recipe, build_components, build_role, config_chan
                                load_run_config, resolved_tree, save_config, with_rewards)
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
-from polo.train.evaluate import accuracy
 from polo.train.inputs import plan_inputs, provide_inputs
 from polo.train.kl_control import KlCoefficients
 from polo.train.lock import RunLock
@@ -329,8 +328,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy accuracy, then each callback's ``on_evaluate`` metrics."""
         t = time.perf_counter()
-        row = {"eval/greedy_accuracy": accuracy(self.policy, self.task, self.eval_examples, self.max_new_tokens,
-                                                greedy=True)}
+        row = {"eval/greedy_accuracy": self.engine.evaluate(self.policy, self.eval_examples)}
         for callback in self.callbacks:
             row.update(callback.on_evaluate(self, row) or {})
         row["time/eval"] = time.perf_counter() - t

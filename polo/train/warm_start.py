@@ -82,10 +82,10 @@ def verify_entry(folder: Path) -> str | None:
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
     """Cross-entropy on demonstrations, ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``, until the
     greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
-    from polo.train.evaluate import accuracy
+    from polo.rollout.evaluate import accuracy
 
     warm = recipe.warm_start
-    examples = task.examples("train", warm.examples + warm.check_size, seed=recipe.seed)
+    examples = task.warm_start_examples(warm.examples + warm.check_size, seed=recipe.seed)
     examples, held_out = examples[: warm.examples], examples[warm.examples :]
     overlap = held_out_overlap_warning(examples, held_out)
     if overlap:
