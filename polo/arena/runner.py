@@ -25,6 +25,7 @@ from polo.arena.spec import Arena, RunSpec
 from polo.core.registry import ConfigError
 from polo.train.checkpoint import latest_checkpoint
 from polo.train.config import config_changes, resolved_tree
+from polo.train.files import write_text_atomic
 from polo.train.yaml_files import read_yaml_mapping
 from polo.train.metrics import read_metrics
 from polo.train.warm_start import cache_root, verify_entry, warm_start_key
@@ -45,9 +46,7 @@ def mark_done(path: Path) -> None:
     path = Path(path)
     rows = read_metrics(path)
     info = {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "last_step": rows[-1]["step"] if rows else None}
-    tmp = path / f".{DONE}.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(info) + "\n")
-    os.replace(tmp, path / DONE)
+    write_text_atomic(path / DONE, json.dumps(info) + "\n")
 
 
 def check_same_config(run: RunSpec, path: Path) -> None:

@@ -72,7 +72,7 @@ class MultiTurn(Engine):
             env.reset(seed)
         histories: list[list[tuple[str, str]]] = [[] for _ in seeds]
         context_limit = getattr(policy.hf_model.config, "max_position_embeddings", None)
-        turns = []
+        turns, returns = [], [0.0] * len(seeds)
         live = list(range(len(seeds)))
         while live:
             ids, mask = policy.encode_prompts([task.context(envs[i], histories[i]) for i in live])
@@ -87,13 +87,10 @@ class MultiTurn(Engine):
             steps = [envs[i].step(a) for i, a in zip(live, actions)]
             for i, a, r in zip(live, actions, steps):
                 histories[i].append((a, r.observation))
+                returns[i] += r.reward
             turns.append({"episodes": list(live), "prompt_ids": ids, "prompt_mask": mask, "out": out,
                           "actions": actions, "steps": steps})
             live = [i for i in live if not envs[i].done]
-        returns = [0.0] * len(seeds)
-        for turn in turns:
-            for i, r in zip(turn["episodes"], turn["steps"]):
-                returns[i] += r.reward
         return turns, [{"return": g, "success": env.success} for g, env in zip(returns, envs)]
 
     def step_rows(self, turns: list[dict], results: list[dict], episodes: list[int], examples: list[Example],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import io
 import os
 import uuid
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 from polo.core.registry import ConfigError
 from polo.train.callbacks import Callback, kept_step
+from polo.train.files import write_text_atomic
 
 
 def _require(package: str):
@@ -41,12 +43,11 @@ class CsvLog(Callback):
 
     def rewrite(self, rows: list[dict[str, Any]]) -> None:
         self.columns = list(dict.fromkeys(k for row in rows for k in row))
-        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, self.columns)
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, self.path)
+        text = io.StringIO()
+        writer = csv.DictWriter(text, self.columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        write_text_atomic(self.path, text.getvalue())
 
     def on_log(self, trainer, row) -> None:
         if not set(row) <= set(self.columns):

@@ -8,7 +8,6 @@ provider can supply, and a micro-batch size that would split the groups a compon
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from polo.tasks.plugins import is_loaded
 from polo.tasks.registry import normalize_task_config
 from polo.tasks.rewards import RewardSpec
 from polo.train.backends import check_backends
+from polo.train.files import write_text_atomic
 from polo.train.inputs import plan_inputs
 from polo.train.yaml_files import load_yaml, read_yaml_mapping
 
@@ -422,10 +422,7 @@ EXTENDABLE = ("train.steps", "train.max_minutes")
 def save_config(tree: dict[str, Any], run_dir: Path) -> None:
     """Write a run's ``resolved_tree`` to ``run_dir/config.yaml`` atomically (a temporary file renamed into
     place)."""
-    path = Path(run_dir) / "config.yaml"
-    tmp = path.with_name(f".config.yaml.tmp{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(tree, sort_keys=False))
-    os.replace(tmp, path)
+    write_text_atomic(Path(run_dir) / "config.yaml", yaml.safe_dump(tree, sort_keys=False))
 
 
 def flatten_tree(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -23,8 +23,7 @@ import torch
 from polo.core.registry import ConfigError
 from polo.policy.lora import apply_lora, is_lora
 from polo.policy.policy import Policy
-from polo.policy.tiny import build_tiny_model
-from polo.policy.tokenizer import build_char_tokenizer
+from polo.policy.tiny import build_tiny_policy
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
 from polo.train.config import Recipe, load_recipe
@@ -90,9 +89,8 @@ def build_run_policy(recipe: Recipe) -> Policy:
     if recipe.model.path is not None:
         return Policy.load(recipe.model.path, lora=lora, chat_template=recipe.model.chat_template)
     with torch.random.fork_rng(devices=[]):  # initial weights are overwritten: draw nothing from the caller's RNG
-        tokenizer = build_char_tokenizer()
-        model = build_tiny_model(recipe.model.tiny, tokenizer)
-        return Policy(apply_lora(model, lora) if lora else model, tokenizer)
+        policy = build_tiny_policy(recipe.model.tiny)
+        return Policy(apply_lora(policy.model, lora), policy.tokenizer) if lora else policy
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, merge_lora: bool = False,

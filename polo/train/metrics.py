@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from polo.train.files import write_text_atomic
 
 TIMING_PREFIXES = ("time/", "perf/")
 """Metrics that measure wall-clock and so differ between otherwise identical runs."""
@@ -36,9 +37,7 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [json.dumps(row) for row in read_metrics(self.path) if row["step"] <= step]
-        tmp = self.path.with_name(f".{self.path.name}.tmp{os.getpid()}")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, row: dict[str, Any]) -> None:
         with open(self.path, "a") as fh:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from polo.train.callbacks import Callback, kept_step
 from polo.train.metrics import MetricsLog
+from polo.train.stats import present_mask
 
 
 def render_table(rows: list[dict[str, Any]], title: str, width: int = 120) -> str:
@@ -24,12 +24,6 @@ def render_table(rows: list[dict[str, Any]], title: str, width: int = 120) -> st
     console = Console(file=io.StringIO(), width=width, color_system=None)
     console.print(table)
     return console.file.getvalue().rstrip()
-
-
-def present_mask(batch) -> torch.Tensor:
-    """``[B, K]``: which reward components scored each row (``extras["reward_present"]``, else all)."""
-    present = batch.extras.get("reward_present")
-    return torch.ones_like(batch.rewards, dtype=torch.bool) if present is None else present.bool()
 
 
 def sample_records(rollouts, tokenizer, rows: list[int], step: int) -> list[dict[str, Any]]:

@@ -5,7 +5,12 @@ import torch
 
 from polo.core.batch import RolloutBatch
 from polo.rollout.prompt_samplers import group_reward_spread
-from polo.train.samples import present_mask
+
+
+def present_mask(batch: RolloutBatch) -> torch.Tensor:
+    """``[B, K]``: which reward components scored each row (``extras["reward_present"]``, else all)."""
+    present = batch.extras.get("reward_present")
+    return torch.ones_like(batch.rewards, dtype=torch.bool) if present is None else present.bool()
 
 
 def present_means(batch: RolloutBatch) -> torch.Tensor:

@@ -23,13 +23,12 @@ from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
 from polo.policy.policy import Policy
-from polo.policy.tiny import build_tiny_model
-from polo.policy.tokenizer import build_char_tokenizer
+from polo.policy.tiny import build_tiny_policy
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import Example, build_task
 from polo.tasks.reward_calls import RewardContext, TrainerState
-from polo.tasks.rewards import RewardSpec, resolve_reward
+from polo.tasks.rewards import RewardSpec
 from polo.train.builtin_callbacks import builtin_callbacks
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
@@ -77,8 +76,7 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
     max_new = max_new_tokens(recipe, task)
     if recipe.model.path is None:
         with torch.random.fork_rng(devices=[]):  # the untrained model only lends its shape: no RNG drawn
-            tokenizer = build_char_tokenizer()
-            tiny = Policy(build_tiny_model(recipe.model.tiny, tokenizer), tokenizer)
+            tiny = build_tiny_policy(recipe.model.tiny)
         check_context(tiny, prompts, max_new, "model.tiny.max_position_embeddings")
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
@@ -119,11 +117,9 @@ class Trainer:
         self.task = build_task(recipe.task)
         specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
         self.reward_specs = [RewardSpec.of(s) for s in specs]
-        for spec in self.reward_specs:  # an unknown reward fails here, before any model is loaded or trained
-            resolve_reward(self.task, spec.name)
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
-        # every reward scores two demonstrations: one that raises fails before anything is trained
+        # every reward scores two demonstrations: an unknown or broken one fails before anything is trained
         probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
         for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None):
             log(message)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from polo.core.segment import group_stats
 from polo.train.callbacks import Callback, kept_step
-from polo.train.samples import present_mask
+from polo.train.stats import present_mask
 
 ALIASES = {
     "reward": "reward/total",
@@ -25,12 +26,8 @@ def _std(x: torch.Tensor) -> float:
 
 def group_std(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     """``[B]``: the sample standard deviation of each row's group's rewards (0 for a group of one)."""
-    _, index = torch.unique(group, return_inverse=True)
-    n = int(index.max()) + 1
-    size = torch.zeros(n).index_add(0, index, torch.ones_like(reward))
-    mean = torch.zeros(n).index_add(0, index, reward) / size
-    squares = torch.zeros(n).index_add(0, index, (reward - mean[index]) ** 2)
-    return (squares / (size - 1).clamp_min(1)).sqrt()[index]
+    _, std, count = group_stats(reward, group)
+    return torch.where(count == 1, 0.0, std)
 
 
 def trl_metrics(batch, max_new_tokens: int) -> dict[str, float]:
