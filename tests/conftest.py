@@ -93,3 +93,45 @@ class Float32:
 def f32():
     """``Float32``: tolerances grounded in float32 rounding (see its docstring)."""
     return Float32
+
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CHAT_SENTENCES = ["The quick brown fox jumps over the lazy dog.", "What is two plus three? It is five.",
+                  "Policies are optimised with rewards.", "def f(x):\n    return x * 2\n"]
+
+
+@pytest.fixture(scope="session")
+def chat_checkpoint(tmp_path_factory):
+    """``build(max_position_embeddings) -> path``: a local Hugging Face checkpoint (a tiny Qwen2 with a
+    byte-level BPE tokenizer trained here and a chat template with any roles), one per context size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    built = {}
+
+    def build(max_position_embeddings: int = 128):
+        if max_position_embeddings in built:
+            return built[max_position_embeddings]
+        path = tmp_path_factory.mktemp(f"qwen_bpe_{max_position_embeddings}")
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.decoder = decoders.ByteLevel()
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        bpe.train_from_iterator(CHAT_SENTENCES * 4, trainers.BpeTrainer(
+            vocab_size=320, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+        tokenizer.chat_template = CHAT_TEMPLATE
+        torch.manual_seed(0)
+        config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=max_position_embeddings,
+                             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        Qwen2ForCausalLM(config).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        built[max_position_embeddings] = path
+        return path
+
+    return build

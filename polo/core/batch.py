@@ -16,7 +16,10 @@ class RolloutBatch:
     components and ``reward_max`` ``[K]`` giving the largest value each can take (``inf``: unbounded or
     undeclared). ``old_logp``/``ref_logp``/``values``/``advantages``/``returns`` are ``[B, T]`` and are
     filled by the trainer only when a chosen component needs them. ``extras`` holds per-component
-    tensors whose first dimension is B (entropies, hidden states, teacher log-probs, ...).
+    tensors whose first dimension is B (entropies, hidden states, teacher log-probs, ...). ``turn`` ``[B, T]`` is
+    each response token's turn index (−1 off the response) and ``parent`` ``[B]`` the trajectory id of the
+    row's parent in a rollout tree (−1 for a root; trajectory ids are ``extras["traj"]`` in multi-turn
+    batches).
     """
 
     prompt_ids: Tensor
@@ -131,16 +134,25 @@ PER_COMPONENT = ("reward_names", "reward_weights", "reward_max")
 
 def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     """Stack batches row-wise: prompts re-left-padded, responses re-right-padded (with 0 / mask 0), group
-    ids offset so that groups of different batches stay distinct, ``parent`` indices shifted."""
+    ids offset so that groups of different batches stay distinct, and trajectory ids too: ``extras["traj"]``
+    and the ``parent`` trajectory ids are shifted past the previous batches' (a batch without ``traj``
+    counts one trajectory per row)."""
     if len(batches) == 1:
         return batches[0]
     first = batches[0]
     out = {}
+    traj_offsets, total = [], 0
+    for b in batches:
+        traj_offsets.append(total)
+        traj = b.extras.get("traj")
+        total += (int(traj.max()) + 1 if traj.numel() else 0) if traj is not None else b.batch_size
     for f in fields(first):
         values = [getattr(b, f.name) for b in batches]
         if f.name == "extras":
             keys = set(values[0]).intersection(*values[1:])
             out["extras"] = {k: _cat([v[k] for v in values], left=False) for k in keys}
+            if "traj" in keys:
+                out["extras"]["traj"] = torch.cat([v["traj"] + o for v, o in zip(values, traj_offsets)])
         elif f.name in PER_COMPONENT:
             out[f.name] = values[0]
         elif f.name == "group":
@@ -150,8 +162,7 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
                 total += int(v.max()) + 1 if v.numel() else 0
             out["group"] = torch.cat([v + o for v, o in zip(values, offsets)])
         elif f.name == "parent":
-            starts = torch.tensor([0] + [b.batch_size for b in batches[:-1]]).cumsum(0).tolist()
-            out["parent"] = torch.cat([torch.where(v >= 0, v + s, v) for v, s in zip(values, starts)])
+            out["parent"] = torch.cat([torch.where(v >= 0, v + o, v) for v, o in zip(values, traj_offsets)])
         elif values[0] is None or any(v is None for v in values):
             out[f.name] = None
         else:

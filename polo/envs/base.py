@@ -63,6 +63,10 @@ class Environment(Component):
     """The character that ends a decoded action."""
     max_action_chars: ClassVar[int] = 12
     """The most characters of a decoded action."""
+    probe_prefix: ClassVar[str | None] = None
+    """Text after a context that asks for the final answer (``"a:"``): the answer probe is it + ``gold``."""
+    placeholder: ClassVar[str] = "none"
+    """The uninformative observation that stands in for a real one in InfoPO's counterfactual context."""
 
     _prompt: str | None = PrivateAttr(None)
     _obs: str = PrivateAttr("")
@@ -126,9 +130,25 @@ class Environment(Component):
         """The policy's context for the current state (``render_context`` unless a variant says otherwise)."""
         return render_context(self.prompt, history, window)
 
+    @property
+    def plain_history(self) -> bool:
+        """Whether ``render`` shows the prompt and past turns as they happened (``render_context``), so a chat
+        template may lay them out as user, assistant and tool messages instead."""
+        return True
+
     def expert(self) -> str:
         """The scripted expert's action in the current state."""
         raise NotImplementedError(f"{self.name} has no scripted expert")
+
+    def observation_argument(self, action: str) -> int | None:
+        """For an information-fetching tool call (an observation action): the characters before its argument;
+        None for any other action."""
+        return None
+
+    def alternative(self, action: str) -> str | None:
+        """The same step at the other tool granularity (a composite skill ↔ its first atomic call), when that
+        is feasible now; None otherwise."""
+        return None
 
     def valid_actions(self) -> list[str]:
         """Well-formed actions a random policy may take in the current state, in a fixed order."""

@@ -5,6 +5,8 @@ import math
 import random
 import re
 
+from typing import ClassVar
+
 from pydantic import Field, PrivateAttr
 
 from polo.envs.base import Environment, Transition
@@ -39,15 +41,21 @@ class GuessNum(Environment):
     (log2 of the candidate count before the step minus after) and ``judge_score`` (``ig_bits / log2 N``
     clipped to [0, 1]). The expert asks ``c?`` once, then ``>c?`` with ``c`` the candidate at index
     ``(count - 1) // 2`` until one candidate is left, which it guesses. ``gold`` is x as text (the answer
-    probe is ``"=" + gold``).
+    probe is ``"=" + gold``). With ``teacher_hints`` a wrong guess is answered ``"u: wrong, hint: ..."``
+    (``hint`` oracle 1.0), the template teacher of SOPO ("Socratic-guided Policy Optimization").
     """
 
     provenance = "RECONSTRUCTED"
+    probe_prefix: ClassVar[str | None] = "="
+    placeholder: ClassVar[str] = "u: ??"
 
     N: int = Field(16, ge=2, le=999)
     """The number is drawn from 1..N."""
     max_turns: int = Field(6, ge=1)
     """Steps before the episode is truncated."""
+    teacher_hints: bool = False
+    """A wrong guess is answered with a Socratic teacher hint (``hint`` oracle 1.0) that points at what to
+    ask next without giving the number: the kind of number if not yet asked, else a bisecting question."""
 
     _cls: str = PrivateAttr("")
     _x: int = PrivateAttr(0)
@@ -84,12 +92,22 @@ class GuessNum(Environment):
         elif guess and k <= self.N:
             right = k == self._x
             self._narrow(lambda v: (v == k) == right)
-            out = Transition("u: correct" if right else "u: wrong", float(right), terminated=right, success=right)
+            out = Transition("u: correct" if right else "u: wrong" + self._hint(), float(right), terminated=right,
+                             success=right)
         else:
             out = Transition("u: ??", 0.0, valid=False)
         bits = math.log2(before) - math.log2(len(self._candidates))
         judge = min(1.0, max(0.0, bits / math.log2(self.N)))
-        return out._replace(oracles={"ig_bits": bits, "judge_score": judge, "candidates": tuple(self._candidates)})
+        return out._replace(oracles={"ig_bits": bits, "judge_score": judge, "candidates": tuple(self._candidates),
+                                     "hint": float(self.teacher_hints and bool(guess) and not out.success)})
+
+    def _hint(self) -> str:
+        """The teacher's hint after a wrong guess (empty without ``teacher_hints``)."""
+        if not self.teacher_hints:
+            return ""
+        if not self._asked:
+            return ", hint: ask about the kind of number"
+        return f", hint: ask if it is above {self._candidates[(len(self._candidates) - 1) // 2]}"
 
     def _narrow(self, keep) -> None:
         self._candidates = [v for v in self._candidates if keep(v)]

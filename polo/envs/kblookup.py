@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -11,10 +12,16 @@ from polo.envs.base import Environment, Transition
 from polo.envs.registry import register_environment
 from polo.envs.render import TURN_SEP
 
+WORD = re.compile(r"[a-z0-9]+")
 SYLLABLES = ["ka", "lo", "mi", "ru", "te", "va", "zo", "pe", "ni", "su"]
 CITIES = ["rim", "oak", "bay", "elm", "fen", "ash"]
 PETS = ["cat", "dog", "owl", "fox", "yak", "emu"]
 MEMORY_CHARS = 24
+
+
+def words_of(text: str) -> list[str]:
+    """The lowercase words of ``text`` (runs of letters and digits)."""
+    return WORD.findall(text.lower())
 
 
 @register_environment("KBLookup-v0")
@@ -38,12 +45,14 @@ class KBLookup(Environment):
     value of that turn's successful observation, ``"failed"`` when this search retries the tool after that
     turn's search returned ``none``. The expert searches the gold-chain entities not yet retrieved in order
     (``s2:`` for both at once with skills), writes ``"<entity> <c|p>=<gold>"`` to memory (memory variant),
-    then answers.
+    then answers. A memory write also reports ``memory_write`` (1.0), ``memory_before`` (the memory it
+    replaced), ``memory_after`` and ``memory_relevance`` (``relevance``). The answer probe is ``"a:" + gold``.
     """
 
     provenance = "RECONSTRUCTED"
     max_action_chars: ClassVar[int] = 2 + MEMORY_CHARS
     """The longest action: a memory write ``m:`` of 24 characters."""
+    probe_prefix: ClassVar[str | None] = "a:"
 
     n_ent: int = Field(8, ge=2, le=100)
     """Entities in the knowledge base (at most the 100 two-syllable names)."""
@@ -112,8 +121,10 @@ class KBLookup(Environment):
             right = arg == self._gold
             return self._outcome("done", float(right), [arg], terminated=True, success=right)
         if kind == "m" and self.memory and len(arg) <= MEMORY_CHARS:
-            self._memory = arg
-            return self._outcome("ok", 0.0, arg.split())
+            before, self._memory = self._memory, arg
+            out = self._outcome("ok", 0.0, arg.split())
+            return out._replace(oracles={**out.oracles, "memory_write": 1.0, "memory_before": before, "memory_after": arg,
+                                         "memory_relevance": self.relevance(before, arg)})
         return self._outcome("invalid", -self.format_penalty, valid=False)
 
     def _search(self, names: list[str]) -> Transition:
@@ -146,6 +157,26 @@ class KBLookup(Environment):
                 edges.append((turn, "support"))
         return edges
 
+    def relevance(self, before: str, after: str) -> float:
+        """HiMPO's hindsight relevance of a memory write: the share of the gold evidence words (the chain's
+        entities and the gold value) among the words ``after`` adds to ``before`` (words split at non-letters
+        and non-digits)."""
+        evidence = set(self._chain) | {self._gold}
+        added = set(words_of(after)) - set(words_of(before))
+        return len(evidence & added) / len(evidence)
+
+    def observation_argument(self, action: str) -> int | None:
+        """Searches: ``s:`` (2 characters) or, with skills, ``s2:`` (3) before the searched name."""
+        kind, sep, _ = action.partition(":")
+        return len(kind) + 1 if sep and (kind == "s" or (kind == "s2" and self.skills)) else None
+
+    def alternative(self, action: str) -> str | None:
+        """Skill variant: ``s2:<name>`` ↔ ``s:<name>`` for a name in the knowledge base."""
+        kind, _, arg = action.partition(":")
+        if not self.skills or arg not in self._kb:
+            return None
+        return {"s": f"s2:{arg}", "s2": f"s:{arg}"}.get(kind)
+
     @staticmethod
     def _remember(seen: list[str], words) -> None:
         seen += [word for word in dict.fromkeys(words) if word not in seen]
@@ -156,6 +187,10 @@ class KBLookup(Environment):
         if not self.memory:
             return super().render(history, window)
         return TURN_SEP.join([self.prompt, f"m:{self._memory}", *(obs for _, obs in history[-1:])])
+
+    @property
+    def plain_history(self) -> bool:
+        return not self.memory
 
     def expert(self) -> str:
         self._check_open()

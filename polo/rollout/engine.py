@@ -9,7 +9,7 @@ model roles it needs besides the policy (``roles``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from pydantic import PrivateAttr
@@ -21,13 +21,15 @@ from polo.tasks.base import Example, Task
 from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
-ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn"), default="single_turn")
+ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn"),
+                            default="single_turn")
 
 
 @dataclass
 class EngineSetup:
     """What every engine is given once: the task, its reward components, the sampling settings and the run's
-    ``RewardContext`` (``trainer_state`` and ``log_metric`` of every reward call; the trainer owns it)."""
+    ``RewardContext`` (``trainer_state`` and ``log_metric`` of every reward call; the trainer owns it) and the
+    role models."""
 
     task: Task
     reward_specs: list[RewardSpec]
@@ -37,6 +39,8 @@ class EngineSetup:
     top_p: float = 1.0
     top_k: int = 0
     reward_context: RewardContext = field(default_factory=RewardContext)
+    models: dict[str, Any] = field(default_factory=dict)
+    """The built role models, by role name (those the engine named in ``roles()`` among them)."""
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Rollouts:
     batch: RolloutBatch
     completions: list[str]
     examples: list[Example]
+    turns: list | None = None
+    """Multi-turn engines: the host-side ``TurnRecord`` of every row (``polo.rollout.episodes``)."""
 
     @property
     def correct(self) -> torch.Tensor:
@@ -58,12 +64,14 @@ class Rollouts:
         idx = rows.nonzero().squeeze(-1).tolist()
         batch = self.batch.select(rows)
         batch.group = torch.unique(batch.group, return_inverse=True)[1]
-        return Rollouts(batch, [self.completions[i] for i in idx], [self.examples[i] for i in idx])
+        turns = None if self.turns is None else [self.turns[i] for i in idx]
+        return Rollouts(batch, [self.completions[i] for i in idx], [self.examples[i] for i in idx], turns)
 
     @staticmethod
     def concat(parts: list["Rollouts"]) -> "Rollouts":
+        turns = None if any(p.turns is None for p in parts) else [t for p in parts for t in p.turns]
         return Rollouts(concat_batches([p.batch for p in parts]), [c for p in parts for c in p.completions],
-                        [e for p in parts for e in p.examples])
+                        [e for p in parts for e in p.examples], turns)
 
 
 def scored(batch_fields: dict, setup: EngineSetup, examples: list[Example], completions: list[str],

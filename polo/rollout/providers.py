@@ -19,7 +19,7 @@ from polo.core.registry import Registry
 from polo.rollout.engine import Engine, Rollouts
 from polo.tasks.base import Task
 
-PROVIDERS: Registry = Registry("input", ("polo.rollout.providers",))
+PROVIDERS: Registry = Registry("input", ("polo.rollout.providers", "polo.rollout.agent_probes"))
 PRIVILEGED_TEMPLATE = " The ground truth answer is {answer}."
 
 

@@ -24,6 +24,7 @@ class SampleOutput:
     response_mask: Tensor  # [B, T] 1 on generated tokens (stop token included)
     logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
     truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
+    entropy: Tensor | None = None  # [B, T] entropy of each token's sampling distribution (return_entropy)
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
@@ -45,12 +46,14 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 @torch.no_grad()
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
-           generator: torch.Generator | None = None) -> SampleOutput:
+           generator: torch.Generator | None = None, return_entropy: bool = False) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
     ``temperature == 0`` means greedy (log-probs then use temperature 1). The logits come from
     ``policy.decoder()``, so a policy wrapper that restricts the action space (NLPO's
     ``ActionMaskedPolicy``) restricts sampling and log-probs alike (−inf logits drop out of the softmax).
+    ``return_entropy`` also records ``H = −Σ_v p_v log p_v`` of each drawn token's distribution (after the
+    temperature, before top-p/top-k).
     """
     device = policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
@@ -60,6 +63,7 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
 
     out_ids = torch.full((B, max_new_tokens), policy.pad_token_id, dtype=torch.long, device=device)
     out_logp = torch.zeros(B, max_new_tokens, device=device)
+    out_entropy = torch.zeros(B, max_new_tokens, device=device) if return_entropy else None
     length = torch.full((B,), max_new_tokens + 1, device=device)  # stays max_new_tokens + 1 without a stop token
 
     rows = torch.arange(B, device=device)  # original index of each row still in the model's batch
@@ -78,6 +82,8 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         at = (slice(None), t) if len(rows) == B else (rows, t)  # before any compaction, rows == arange(B)
         out_ids[at] = token.masked_fill(~alive, policy.pad_token_id)
         out_logp[at] = z.gather(-1, token[:, None]).squeeze(-1).masked_fill(~alive, 0.0)
+        if out_entropy is not None:
+            out_entropy[at] = -(z.exp() * z.clamp_min(torch.finfo(z.dtype).min)).sum(-1).masked_fill(~alive, 0.0)
         steps = t + 1
 
         stopped = alive & torch.isin(token, stop)
@@ -97,4 +103,5 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         next_position = next_position + 1
 
     mask = torch.arange(steps, device=device) < length[:, None]
-    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens)
+    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens,
+                        None if out_entropy is None else out_entropy[:, :steps] * mask)

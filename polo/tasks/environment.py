@@ -49,9 +49,22 @@ class EnvironmentTask(Task):
     def make_env(self) -> Environment:
         return make(self.env)
 
-    def context(self, env: Environment, history: list[tuple[str, str]]) -> str:
-        """What the policy reads before its next action."""
-        return env.render(history, self.history_window) + TURN_SEP
+    def context(self, env: Environment, history: list[tuple[str, str]], chat: bool = False) -> str | Example:
+        """What the policy reads before its next action: the rendered text, or (``chat``, a checkpoint with a
+        chat template) an Example whose messages are the opening observation as the user's turn, then each
+        kept turn's action as the assistant's and its observation as the tool's (an environment with its own
+        rendering, like KBLookup's memory variant, gives its rendered text as one user turn)."""
+        text = env.render(history, self.history_window) + TURN_SEP
+        if not chat:
+            return text
+        if not env.plain_history:
+            messages = [{"role": "user", "content": text}]
+        else:
+            kept = list(history)[-self.history_window:] if self.history_window else []
+            messages = [{"role": "user", "content": env.prompt}]
+            for action, observation in kept:
+                messages += [{"role": "assistant", "content": action}, {"role": "tool", "content": observation}]
+        return Example(text, str(env.gold), {}, tuple(messages))
 
     @property
     def max_completion_chars(self) -> int:

@@ -137,7 +137,7 @@ class Trainer:
         self.max_new_tokens = max_new_tokens(recipe, self.task)
         self.reward_context = RewardContext(TrainerState(max_steps=recipe.train.steps))
         self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
-                                      r.temperature, r.top_p, r.top_k, self.reward_context))
+                                      r.temperature, r.top_p, r.top_k, self.reward_context, self.models))
         params = [p for p in self.policy.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
         self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)

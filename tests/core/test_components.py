@@ -51,7 +51,7 @@ def test_paper_citations_of_well_known_methods():
 
 
 def test_unknown_name_lists_valid_names():
-    with pytest.raises(ConfigError, match="unknown advantage 'grpoo'.*dr_grpo, gae, .*grpo"):
+    with pytest.raises(ConfigError, match="unknown advantage 'grpoo'.*dr_grpo, .*gae, .*grpo"):
         ADVANTAGES.build("grpoo")
 
 

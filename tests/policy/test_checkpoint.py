@@ -1,38 +1,13 @@
 """A locally built Hugging Face checkpoint (byte-level BPE tokenizer with a chat template, tiny Qwen2)."""
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from polo.policy import Policy
 from polo.rollout import sample
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SENTENCES = ["The quick brown fox jumps over the lazy dog.", "What is two plus three? It is five.",
-             "Policies are optimised with rewards.", "def f(x):\n    return x * 2\n"]
-
-
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    path = tmp_path_factory.mktemp("qwen_bpe")
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    bpe.train_from_iterator(SENTENCES * 4, trainers.BpeTrainer(
-        vocab_size=320, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+def checkpoint(chat_checkpoint):
+    return chat_checkpoint(128)
 
 
 def test_load_chat_template_sample_and_logp(checkpoint, f32):

@@ -94,8 +94,9 @@ def test_greedy_evaluation_counts_solved_episodes(policy):
     task, engine = engine_for({"name": "environment", "env": {"name": "GuessNum-v0"}}, G=1)
     examples = task.examples("test", 6, seed=0)
     rate = engine.evaluate(policy, examples)
-    _, results = engine.play(policy, [e.columns["seed"] for e in examples], None, greedy=True)
-    assert rate == sum(r["success"] for r in results) / 6
+    episodes = engine.start([e.columns["seed"] for e in examples])
+    engine.play(policy, episodes, None, greedy=True)
+    assert rate == sum(ep.success for ep in episodes) / 6
 
 
 def test_episode_metrics_average_over_episodes_not_rows():

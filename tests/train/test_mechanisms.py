@@ -79,6 +79,9 @@ MECHANISMS = {
                         "pull to pi_old; both are inert at ESS = 1"),
 }
 
+MULTI_TURN_ON_POLICY = ("a multi-turn credit-assignment recipe on gigpo's loop: one update per rollout batch of step "
+                       "rows, so the methods differ only in their advantages and rollout trees")
+
 # recipe -> why it stays on-policy (one update per rollout batch, asserted below)
 EXEMPT = {
     "agent_grpo": "the multi-turn baseline keeps gigpo's single update per rollout batch, so the two differ only in "
@@ -88,6 +91,20 @@ EXEMPT = {
     "gpg": "GPG's loss is plain REINFORCE with no importance ratio (-alpha A logp), valid only on-policy; the "
            "authors' open-r1 configs take one update per generation batch (num_iterations 1)",
     "opo": "OPO is 'exact on-policy' by design: ppo_mini_batch_size = train_batch_size (verl docs/algo/opo.md)",
+    "appo": MULTI_TURN_ON_POLICY + " (APPO)",
+    "bipace": MULTI_TURN_ON_POLICY + " (BiPACE)",
+    "cipo": MULTI_TURN_ON_POLICY + " (CIPO)",
+    "g2po": MULTI_TURN_ON_POLICY + " (G2PO)",
+    "himpo": MULTI_TURN_ON_POLICY + " (HiMPO)",
+    "iapo": MULTI_TURN_ON_POLICY + " (IAPO)",
+    "igpo": MULTI_TURN_ON_POLICY + " (IGPO)",
+    "infopo": MULTI_TURN_ON_POLICY + " (InfoPO)",
+    "mapo": MULTI_TURN_ON_POLICY + " (MAPO)",
+    "opo_observation": MULTI_TURN_ON_POLICY + " (OPO (observation))",
+    "planpo": MULTI_TURN_ON_POLICY + " (PlanPO)",
+    "reflectpo": MULTI_TURN_ON_POLICY + " (ReflectPO)",
+    "rtpo": MULTI_TURN_ON_POLICY + " (RTPO)",
+    "sopo": MULTI_TURN_ON_POLICY + " (SOPO)",
     "remax": "ReMax is REINFORCE with a greedy baseline; its code makes one update per generation batch "
              "(generation batch = training batch, ppo_epochs 1)",
 }
@@ -105,6 +122,9 @@ EXTRA = {
     # row is trained; up to 200 (it stops at its 35 % target, 90 steps) give groups that differ (~30 % solved)
     "gigpo": ["warm_start.steps=200"],
     "agent_grpo": ["warm_start.steps=200"],
+    # the new multi-turn recipes: the tiny warm start solves few episodes and many advantages are 0; the update
+    # then runs on every row anyway, which is what this test checks (one on-policy update per batch)
+    **{name: ["train.skip_zero_advantage_rows=false"] for name in ("appo", "bipace", "cipo", "g2po", "himpo", "iapo", "igpo", "infopo", "mapo", "opo_observation", "planpo", "reflectpo", "rtpo", "sopo")},
 }
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))

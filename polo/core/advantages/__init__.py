@@ -4,8 +4,9 @@ from polo.core.advantages.gae import GAE, gae
 from polo.core.advantages.group import GRPO, RLOO, DrGRPO
 from polo.core.advantages.reinforce_pp import ReinforcePP, ReinforcePPBaseline
 from polo.core.advantages import (  # noqa: F401  (registers)
-    gigpo, gpg, grpo_passk, info_gae, mc_grpo, ngrpo, oblr_weighted_baseline, opo, optimal_token_baseline, poise, redippo,
-    remax, spo,
+    appo, bipace, cipo, g2po, gigpo, gpg, grpo_passk, himpo, iapo, igpo, info_gae, infopo, mapo, mc_grpo, ngrpo,
+    oblr_weighted_baseline, opo, opo_observation, optimal_token_baseline, planpo, poise, redippo, reflectpo, remax, sopo,
+    spo,
 )
 
 __all__ = [

@@ -1,4 +1,8 @@
-"""GiGPO: an episode-level group advantage plus a step-level advantage inside anchor-state groups (step rows)."""
+"""GiGPO: an episode-level group advantage plus a step-level advantage inside anchor-state groups (step rows).
+
+Also home of the episode-level terms other step-row estimators build on: ``episode_advantage`` (GiGPO's episode
+term), ``trajectory_mean`` and ``trajectory_advantage`` (the GRPO z-score of a per-trajectory value over the
+trajectories of each task group)."""
 from __future__ import annotations
 
 from typing import ClassVar, Literal
@@ -9,31 +13,54 @@ from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
 from polo.core.agent_primitives import discounted_returns, group_moments, group_norm
+from polo.core.advantages.step_inputs import episode_reward, step_input, trajectories
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
+from polo.core.segment import segment_sum
 
-STEP_INPUTS = {
-    "traj": "trajectory id of the row (unique in the batch)",
-    "step": "0-based turn index of the row inside its trajectory",
-    "anchor": "anchor-state id (equal ids ⇔ identical anchor observation)",
-    "step_reward": "the environment's immediate reward of the row's turn",
-}
+GIGPO_INPUTS = ("traj", "step", "anchor", "step_reward")
 
 
-def step_input(batch: RolloutBatch, name: str, who: str, integer: bool) -> Tensor:
-    """``batch.extras[name]`` checked to be ``[N]`` (integer or finite floating point); ValueError otherwise."""
-    value = batch.input(name)
-    N = batch.batch_size
-    where = f"{who} needs the step-row input {name!r} [{N}] ({STEP_INPUTS[name]}), written by a multi-turn engine"
-    if value is None:
-        raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
-    if value.shape != (N,):
-        raise ValueError(f"{where}; got shape {tuple(value.shape)}")
-    if integer and (value.is_floating_point() or value.dtype == torch.bool):
-        raise ValueError(f"{where}; got dtype {value.dtype}, expected an integer dtype")
-    if not integer and not torch.isfinite(value.double()).all():
-        raise ValueError(f"{where}; it holds non-finite values")
-    return value
+def episode_advantage(reward: Tensor, group: Tensor, traj: Tensor | None, mode: str, stats_over: str, eps: float,
+                      who: str) -> Tensor:
+    """GiGPO's episode term ``A^E`` per step row, ``[N]``: ``R_n − mean(S_g)`` (``mode="mean"``) or divided by
+    ``std_u(S_g) + eps`` (``"mean_std"``). ``S_g`` holds every step row of the task group g
+    (``stats_over="steps"``) or one value per trajectory, its rows' mean (``"trajectories"``, needs ``traj``);
+    a one-member ``S_g`` gives mean 0, std 1. ``traj`` (when given) is checked to stay inside one group."""
+    if traj is None:
+        if stats_over == "trajectories":
+            raise ValueError(f"{who}: stats_over trajectories needs the traj input")
+        return group_norm(reward, group, mode, eps=eps)
+    tinv, n_traj, _ = trajectories(traj, group, who)
+    if stats_over != "trajectories":
+        return group_norm(reward, group, mode, eps=eps)
+    # One statistics member per trajectory (its first row), valued at the mean of its rows' rewards
+    # (all equal unless the engine penalized some turns).
+    traj_reward = group_moments(reward, tinv, singleton="self_mean")[0]
+    rows = torch.arange(len(reward), device=reward.device)
+    first = torch.full((n_traj,), len(reward), dtype=torch.long, device=reward.device).scatter_reduce(
+        0, tinv, rows, "amin")
+    members = torch.zeros(len(reward), dtype=torch.bool, device=reward.device)
+    members[first] = True
+    mean, std, _ = group_moments(traj_reward, group, members)
+    a_ep = reward - mean
+    return a_ep / (std + eps) if mode == "mean_std" else a_ep
+
+
+def trajectory_mean(values: Tensor, tinv: Tensor, n_traj: int) -> Tensor:
+    """Per-trajectory mean of the rows' ``values``, ``[n_traj]``."""
+    count = segment_sum(torch.ones_like(values), tinv, n_traj)
+    return segment_sum(values, tinv, n_traj) / count.clamp_min(1)
+
+
+def trajectory_advantage(values: Tensor, group: Tensor, traj: Tensor, tinv: Tensor, n_traj: int, eps: float,
+                         who: str) -> Tensor:
+    """Per row ``[N]``: ``(v_i − mean_g v)/(std_u,g v + eps)`` with ``v_i`` the mean of trajectory i's row
+    ``values`` and the statistics over one value per trajectory of the task group g (a group of one trajectory:
+    mean 0, std 1); ``episode_advantage`` with one member per trajectory. Constant over the rows of a
+    trajectory."""
+    per_row = trajectory_mean(values, tinv, n_traj)[tinv]
+    return episode_advantage(per_row, group, traj, "mean_std", "trajectories", eps, who)
 
 
 @ADVANTAGES.register("gigpo")
@@ -65,7 +92,7 @@ class GiGPO(AdvantageEstimator):
 
     paper = "Group-in-Group Policy Optimization for LLM Agent Training (arXiv:2505.10978)"
     provenance = "CODE"
-    requires: ClassVar[frozenset[str]] = frozenset(STEP_INPUTS)
+    requires: ClassVar[frozenset[str]] = frozenset(GIGPO_INPUTS)
 
     gamma: float = Field(default=0.95, ge=0, le=1)
     """Discount of the step rewards in the return-to-go of the step level."""
@@ -83,40 +110,19 @@ class GiGPO(AdvantageEstimator):
             return set(self.requires)
         return {"traj"} if self.stats_over == "trajectories" else set()
 
+    def episode_term(self, batch: RolloutBatch, who: str,
+                     skip: frozenset[str] = frozenset()) -> tuple[Tensor, dict[str, Tensor], str, Tensor]:
+        """``(episode reward [N], the checked step inputs of needs() but skip, the group_norm mode, A^E [N])``."""
+        reward = episode_reward(batch, who)
+        inputs = {name: step_input(batch, name, who) for name in sorted(self.needs() - skip)}
+        mode = "mean_std" if self.mode == "mean_std_norm" else "mean"
+        a_ep = episode_advantage(reward, batch.group, inputs.get("traj"), mode, self.stats_over, self.eps, who)
+        return reward, inputs, mode, a_ep
+
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         mask = batch.mask
-        who = "advantage gigpo"
-        needs = self.needs()
-        reward = batch.scalar_reward().to(mask)
-        if not torch.isfinite(reward).all():
-            raise ValueError(f"{who}: the episode rewards (weighted total of batch.rewards) hold non-finite values")
-        inputs = {name: step_input(batch, name, who, name != "step_reward") for name in sorted(needs)}
-        mode = "mean_std" if self.mode == "mean_std_norm" else "mean"
+        reward, inputs, mode, a_ep = self.episode_term(batch, "advantage gigpo")
         group = batch.group
-        if "traj" in inputs:
-            traj = inputs["traj"]
-            _, tinv = torch.unique(traj, return_inverse=True)
-            n_traj = int(tinv.max()) + 1 if tinv.numel() else 0
-            lo = group.new_full((n_traj,), torch.iinfo(group.dtype).max).scatter_reduce(0, tinv, group, "amin")
-            hi = group.new_full((n_traj,), torch.iinfo(group.dtype).min).scatter_reduce(0, tinv, group, "amax")
-            if not bool((lo == hi).all()):
-                raise ValueError(f"{who}: a trajectory id spans several groups (batch.group); traj ids must be "
-                                 "unique in the batch and every row of a trajectory must carry its task's group")
-        if self.stats_over == "trajectories":
-            # One statistics member per trajectory (its first row), valued at the mean of its rows' rewards
-            # (all equal unless the engine penalized some turns).
-            traj_reward = group_moments(reward, tinv, singleton="self_mean")[0]
-            rows = torch.arange(len(reward), device=reward.device)
-            first = torch.full((n_traj,), len(reward), dtype=torch.long, device=reward.device).scatter_reduce(
-                0, tinv, rows, "amin")
-            members = torch.zeros(len(reward), dtype=torch.bool, device=reward.device)
-            members[first] = True
-            mean, std, _ = group_moments(traj_reward, group, members)
-            a_ep = reward - mean
-            if mode == "mean_std":
-                a_ep = a_ep / (std + self.eps)
-        else:
-            a_ep = group_norm(reward, group, mode, eps=self.eps)
         diagnostics: dict[str, float] = {}
         adv = a_ep
         if self.step_advantage_w > 0:
