@@ -22,6 +22,18 @@ class MaskedDecoder:
     def __init__(self, policy: "ActionMaskedPolicy"):
         self.inner, self.masking, self.allow = policy.inner_decoder(), policy.masking.decoder(), policy.allow
 
+    @property
+    def keep_hidden(self) -> bool:
+        return self.inner.keep_hidden
+
+    @keep_hidden.setter
+    def keep_hidden(self, value: bool) -> None:
+        self.inner.keep_hidden = value
+
+    @property
+    def hidden(self):
+        return self.inner.hidden
+
     def prefill(self, distinct) -> Tensor:
         return self.inner.prefill(distinct).masked_fill(~self.allow(self.masking.prefill(distinct)), float("-inf"))
 

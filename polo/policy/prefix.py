@@ -63,14 +63,20 @@ def prefill(model, distinct: tuple[Tensor, Tensor, Tensor], cache: DynamicCache,
 
 class CachedDecoder:
     """Incremental decoding with a KV cache: ``prefill`` the prompts, then one ``step`` per token; each returns
-    the next-token logits ``[rows, V]``. ``select`` keeps the given rows (finished rows leave the batch)."""
+    the next-token logits ``[rows, V]``. ``select`` keeps the given rows (finished rows leave the batch). With
+    ``keep_hidden`` set, ``prefill`` also keeps ``hidden`` ``[rows, d]``: the last layer's state at each prompt's
+    last token (the position whose logits give the first new token)."""
 
     def __init__(self, model, hf_model):
         self.model, self.cache = model, new_cache(hf_model)
+        self.keep_hidden, self.hidden = False, None
 
     def prefill(self, distinct: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills)."""
-        return prefill(self.model, distinct, self.cache, logits_to_keep=1).logits[:, -1][distinct[2]]
+        out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        if self.keep_hidden:
+            self.hidden = out.hidden_states[-1][:, -1][distinct[2]]
+        return out.logits[:, -1][distinct[2]]
 
     def step(self, inputs: dict[str, Tensor]) -> Tensor:
         return self.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]

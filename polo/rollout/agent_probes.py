@@ -125,3 +125,4 @@ def memory_utility(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     rec = answer_logp(ctx.policy, contexts, [r.probe_prefix for r in chosen] * 2, [r.gold for r in chosen] * 2)
     utility[writes] = (rec[len(chosen):] - rec[: len(chosen)]).float().cpu()
     return {"memory_utility": utility}
+

@@ -12,7 +12,9 @@ action the policy generated (observations, hints and rendering live in the promp
 are ever trainable). Every row carries its episode's return as its reward and the step-row inputs of
 ``polo.core.advantages.step_inputs`` in ``extras``: ``traj``, ``step``, ``anchor`` / ``next_anchor``
 (equal ids ⇔ the same environment state text, per task instance; ``similarity_thresh`` clusters
-near-equal texts), ``step_reward``, ``action_key``, ``valid``, ``tool_error``, ``correct`` and every oracle
+near-equal texts), ``step_reward``, ``action_key``, ``valid``, ``tool_error``, ``correct``, ``context_hidden`` ``[N, d]`` (the
+hidden-state handle: the last layer's state at the last context token, kept from the sampler's prefill; after
+a forced prefix, at its last token) and every oracle
 the environment reports (``judge``, ``ev``, ``uses_support``/``uses_failed``, ``hint``, ``memory_write``,
 ``memory_relevance``). ``Rollouts.turns`` holds the host-side ``TurnRecord`` of every row.
 
@@ -27,6 +29,8 @@ depth.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
@@ -36,6 +40,7 @@ from polo.core.agent_primitives import anchor_ids
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.policy.inputs import pad_sequences
+from polo.rollout import branches
 from polo.rollout.engine import ENGINES, Engine, EngineSetup, Rollouts
 from polo.rollout.episodes import Episode, TurnRecord
 from polo.rollout.sampler import sample
@@ -73,9 +78,12 @@ class MultiTurn(Engine):
     provides = frozenset({"old_logp", "correct", "prompt_index", "traj", "step", "anchor", "next_anchor",
                           "step_reward", "action_key", "valid", "tool_error", *ORACLES, "uses_support",
                           "uses_failed", "branch", "sibling", "arg_start", "cf_decision", "cf_delta", "branch_token",
-                          "branch_scale"})
+                          "branch_scale", "context_hidden"})
     similarity_thresh: float | None = Field(None, gt=0, le=1)
     """None: anchor states match by equal text (GiGPO's default); else difflib similarity ≥ this clusters them."""
+    anchor: Literal["observation", "context"] = "observation"
+    """The anchor state's text: the environment's current observation (the spec's), or the whole context the
+    policy read (for environments whose observation does not identify the state, like GuessNum's "u: yes")."""
     observation_branches: int = Field(0, ge=0)
     """OPO: re-sampled siblings (argument only, one step) per chosen observation event; 0 = no branching."""
     branch_events: int = Field(1, ge=1)
@@ -121,8 +129,6 @@ class MultiTurn(Engine):
 
     def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
                 samples_per_prompt: int | None = None, greedy: bool = False) -> Rollouts:
-        from polo.rollout import branches
-
         G = samples_per_prompt or self.settings.samples_per_prompt
         groups = [i for i in range(len(examples)) for _ in range(G)]
         episodes = self.start([examples[i].columns["seed"] for i in groups])
@@ -202,7 +208,7 @@ class MultiTurn(Engine):
         back as leading response tokens with mask 0 (log-prob 0): owned by the parent, never trained."""
         s = self.settings
         kwargs = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                      greedy=greedy, generator=generator, return_entropy=entropy)
+                      greedy=greedy, generator=generator, return_entropy=entropy, return_hidden=True)
         if not any(pre):
             return sample(policy, ids, mask, **kwargs)
         seqs = [row[m.bool()].tolist() + p for row, m, p in zip(ids, mask, pre)]
@@ -256,6 +262,7 @@ class MultiTurn(Engine):
                 "traj": torch.tensor([r.traj for r in records], dtype=torch.long),
                 "step": steps,
                 "depth": torch.tensor([r.depth for r in records], dtype=torch.long),
+                "context_hidden": torch.cat([o.hidden for o in outs]),
                 **self._anchors(records, group),
                 **self._env_inputs(records),
                 **self._added(records, extras),
@@ -272,8 +279,16 @@ class MultiTurn(Engine):
     def _anchors(self, records: list[TurnRecord], group: list[int]) -> dict[str, Tensor]:
         """``anchor`` (the state a turn was taken in) and ``next_anchor`` (the state it led to; −1 = the terminal
         sink: the episode terminated there, or was truncated in a state no turn of its group acted in)."""
-        texts = [r.info["anchor_obs"] for r in records]
-        ids = anchor_ids(texts + [r.observation for r in records], group + group, self.similarity_thresh)
+        if self.anchor == "context":
+            texts = [r.context_text for r in records]
+            row_of = {(r.traj, r.step): i for i, r in enumerate(records)}
+            # the next state is the next turn's context; past a trajectory's last row, an unseen state
+            following = [texts[row_of[r.traj, r.step + 1]] if (r.traj, r.step + 1) in row_of else "\0end"
+                         for r in records]
+        else:
+            texts = [r.info["anchor_obs"] for r in records]
+            following = [r.observation for r in records]
+        ids = anchor_ids(texts + following, group + group, self.similarity_thresh)
         anchor, after = ids[: len(records)], ids[len(records):]
         sources = set(zip(group, anchor))
         next_anchor = [-1 if r.terminated or (r.truncated and (g, a) not in sources) else a
@@ -305,14 +320,12 @@ class MultiTurn(Engine):
 
     def _added(self, records: list[TurnRecord], extras: dict[int, dict[str, float]]) -> dict[str, Tensor]:
         """Per-row inputs of the enabled branching passes (``branches``), their defaults on rows they skip."""
-        from polo.rollout.branches import ADDED_DEFAULTS
-
         names = ({"branch", "sibling", "arg_start"} if self.observation_branches else set()) | (
             {"cf_decision", "cf_delta"} if self.counterfactuals else set()) | (
             {"branch", "branch_token", "branch_scale"} if self.token_branches else set())
         out = {}
         for name in sorted(names):
-            default = ADDED_DEFAULTS[name]
+            default = branches.ADDED_DEFAULTS[name]
             values = [extras.get(r.traj, {}).get(f"{name}@{r.step}", extras.get(r.traj, {}).get(name, default))
                       for r in records]
             dtype = torch.long if isinstance(default, int) else torch.float32

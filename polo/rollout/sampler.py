@@ -25,6 +25,7 @@ class SampleOutput:
     logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
     truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
     entropy: Tensor | None = None  # [B, T] entropy of each token's sampling distribution (return_entropy)
+    hidden: Tensor | None = None  # [B, d] last layer's state at each prompt's last token (return_hidden)
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
@@ -46,14 +47,16 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 @torch.no_grad()
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
-           generator: torch.Generator | None = None, return_entropy: bool = False) -> SampleOutput:
+           generator: torch.Generator | None = None, return_entropy: bool = False,
+           return_hidden: bool = False) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
     ``temperature == 0`` means greedy (log-probs then use temperature 1). The logits come from
     ``policy.decoder()``, so a policy wrapper that restricts the action space (NLPO's
     ``ActionMaskedPolicy``) restricts sampling and log-probs alike (−inf logits drop out of the softmax).
     ``return_entropy`` also records ``H = −Σ_v p_v log p_v`` of each drawn token's distribution (after the
-    temperature, before top-p/top-k).
+    temperature, before top-p/top-k); ``return_hidden`` keeps the last layer's state at each prompt's last
+    token from the prefill (no extra forward).
     """
     device = policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
@@ -73,7 +76,9 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     padded = not bool(prompt_mask.all())  # without padding the model's own causal mask is enough
     distinct = distinct_prompts(prompt_ids, prompt_mask)  # the G samples of a prompt share its prefill
     decoder = policy.decoder()
+    decoder.keep_hidden = return_hidden
     logits = decoder.prefill(distinct)
+    hidden = decoder.hidden.float() if return_hidden else None
     steps = 0
     for t in range(max_new_tokens):
         z = logits.float() if temperature == 1.0 else logits.float() / temperature
@@ -104,4 +109,4 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
 
     mask = torch.arange(steps, device=device) < length[:, None]
     return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens,
-                        None if out_entropy is None else out_entropy[:, :steps] * mask)
+                        None if out_entropy is None else out_entropy[:, :steps] * mask, hidden)

@@ -30,7 +30,7 @@ def bipace_batch(hidden, action_key=None, perm=None, **kw):
     """gigpo_basic's rows (or ``kw`` overrides) with ``hidden`` [N, d] and ``action_key`` (default: the row)."""
     batch = gig.step_batch(**kw)
     N = batch.batch_size
-    batch.extras["hidden"] = torch.as_tensor(hidden, dtype=torch.float64)
+    batch.extras["context_hidden"] = torch.as_tensor(hidden, dtype=torch.float64)
     batch.extras["action_key"] = torch.arange(N) if action_key is None else torch.as_tensor(action_key)
     return batch if perm is None else batch.select(perm)
 
@@ -40,7 +40,7 @@ def pace_batch(actions=ACT_PACE, dtype=torch.float64):
     anchors: the step term is PACE's on the pace_q_r cluster."""
     batch = gig.step_batch(episode=[1.0] * 5, traj=[0, 1, 2, 3, 4], step=[0] * 5, anchor=[0, 1, 2, 3, 4],
                            step_reward=G_PACE, dtype=dtype)
-    batch.extras.update(hidden=torch.ones(5, 3, dtype=dtype), action_key=torch.tensor(actions))
+    batch.extras.update(context_hidden=torch.ones(5, 3, dtype=dtype), action_key=torch.tensor(actions))
     return batch
 
 
@@ -174,23 +174,6 @@ def test_hidden_clusters_fill_singleton_anchor_groups():
 # ----------------------------------------------------------------------------------------- hidden input
 
 
-def test_provider_hidden_is_read_at_the_last_prompt_token():
-    # The provider's [N, Tp+T, d]: prompts left-padded to Tp = 2, so row n's state is hidden[n, 1].
-    vec = F.one_hot(torch.tensor(gig.ANCHOR), 5).double()
-    flat = bipace_batch(vec)
-    batch = bipace_batch(vec)
-    N, T = 10, batch.response_ids.shape[1]
-    batch.prompt_ids = torch.zeros(N, 2, dtype=torch.long)
-    batch.prompt_mask = torch.ones(N, 2, dtype=torch.long)
-    full = torch.randn(N, 2 + T, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    full[:, 1] = vec * 3.0  # scale does not matter (cosine)
-    batch.extras["hidden"] = full
-    close(row_adv(BiPACE(), batch), row_adv(BiPACE(), flat), atol=1e-12)
-    batch.extras["hidden"] = full[:, :-1]
-    with pytest.raises(ValueError, match=r"bipace needs the input 'hidden'.*shape \(10, 4, 5\)"):
-        BiPACE()(batch)
-
-
 @pytest.mark.parametrize("value, match", [
     (None, "has none"),
     (torch.zeros(9, 4), r"shape \(9, 4\)"),
@@ -200,9 +183,9 @@ def test_provider_hidden_is_read_at_the_last_prompt_token():
 def test_bad_hidden_is_refused(value, match):
     batch = bipace_batch(torch.eye(10))
     if value is None:
-        del batch.extras["hidden"]
+        del batch.extras["context_hidden"]
     else:
-        batch.extras["hidden"] = value
+        batch.extras["context_hidden"] = value
     with pytest.raises(ValueError, match=match):
         BiPACE()(batch)
 
@@ -229,19 +212,19 @@ def test_all_equal_group_gives_exactly_zero(mode, variant, dtype):
                            anchor=[0, 1, 2] * 3, step_reward=[0.1, 0.1, 1.0] * 3, dtype=dtype)
     # hidden states one direction per state (turn): three clusters, each of three equal returns
     hidden = F.one_hot(torch.tensor([0, 1, 2] * 3), 3).to(dtype) + 0.01 * torch.arange(9, dtype=dtype)[:, None]
-    batch.extras.update(hidden=hidden, action_key=torch.tensor([0, 1, 2, 1, 1, 0, 2, 2, 2]))
+    batch.extras.update(context_hidden=hidden, action_key=torch.tensor([0, 1, 2, 1, 1, 0, 2, 2, 2]))
     adv = BiPACE(mode=mode, variant=variant)(batch).advantages
     assert adv.dtype == dtype and (adv == 0).all()
 
 
 def test_single_trajectory_and_single_row():
     one = gig.step_batch(episode=[0.4], traj=[3], step=[0], anchor=[8], step_reward=[0.4])
-    one.extras.update(hidden=torch.ones(1, 2), action_key=torch.tensor([0]))
+    one.extras.update(context_hidden=torch.ones(1, 2), action_key=torch.tensor([0]))
     for mode in ("mean_norm", "mean_std_norm"):
         close(row_adv(BiPACE(mode=mode), one), [0.4])  # episode singleton keeps R, cluster singleton gives 0
     # one trajectory whose three steps look alike: one cluster, distinct actions → G − mean G
     traj = gig.step_batch(episode=[1.0] * 3, traj=[0] * 3, step=[0, 1, 2], anchor=[0, 1, 2], step_reward=[0, 0, 1])
-    traj.extras.update(hidden=torch.ones(3, 2), action_key=torch.tensor([0, 1, 2]))
+    traj.extras.update(context_hidden=torch.ones(3, 2), action_key=torch.tensor([0, 1, 2]))
     close(row_adv(BiPACE(), traj), torch.tensor([0.9025, 0.95, 1.0]) - 0.950833)
 
 
@@ -284,15 +267,15 @@ def test_non_finite_and_missing_inputs_are_refused():
 
 
 def test_needs_and_config():
-    assert BiPACE().needs() == {"traj", "step", "anchor", "step_reward", "action_key", "hidden"} == \
+    assert BiPACE().needs() == {"traj", "step", "anchor", "step_reward", "action_key", "context_hidden"} == \
         set(BiPACE.requires)
     assert BiPACE(step_advantage_w=0).needs() == set()
     assert BiPACE(step_advantage_w=0, stats_over="trajectories").needs() == {"traj"}
     batch = gig.step_batch()  # no hidden, no action_key: fine for the episode term alone
     close(row_adv(BiPACE(step_advantage_w=0), batch), gig.A_EP["mean_norm", "steps"])
-    est = ADVANTAGES.build({"name": "bipace", "variant": "R", "tau_d": 0.2, "hidden_layer": -2})
-    assert isinstance(est, BiPACE) and est.hidden_layer == -2 and est.merge_exact_obs_first
-    assert BiPACE().hidden_layer == -1 and BiPACE().tau_d == 0.1 and BiPACE().variant == "Q"
+    est = ADVANTAGES.build({"name": "bipace", "variant": "R", "tau_d": 0.2})
+    assert isinstance(est, BiPACE) and est.tau_d == 0.2 and est.merge_exact_obs_first
+    assert BiPACE().tau_d == 0.1 and BiPACE().variant == "Q"
     for bad in ({"variant": "V"}, {"tau_d": -0.1}, {"gamma": 2}, {"eps": 0}, {"step_advantage_w": -1},
                 {"enable_similarity": True}):
         with pytest.raises(ConfigError, match="advantage"):

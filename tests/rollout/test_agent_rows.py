@@ -10,6 +10,7 @@ from polo.policy import Policy
 from polo.policy.tiny import TinyModelConfig, build_tiny_policy
 from polo.rollout.agent_probes import answer_logp, counterfactual_context, gold_logp, info_gain, memory_utility
 from polo.rollout.engine import ENGINES, EngineSetup
+from polo.policy.prefix import distinct_prompts
 from polo.rollout.branches import observation_siblings
 from polo.rollout.episodes import TurnRecord
 from polo.rollout.providers import ProviderContext
@@ -152,8 +153,12 @@ def test_opo_siblings_share_the_event_context_and_own_only_their_argument(policy
     calls = eng.play(policy, episodes, generator, False, action_prefix={ep.traj: "s:" for ep in episodes},
                      entropy=True)
     extras, group_of = {}, {ep.traj: ep.traj // 4 for ep in episodes}
-    calls += observation_siblings(eng, policy, episodes, calls, generator, extras, group_of)
-    got = eng.step_rows(calls, episodes, group_of, examples, [0, 1, 2], extras)
+    sibling_calls = observation_siblings(eng, policy, episodes, calls, generator, extras, group_of)
+    got = eng.step_rows(calls + sibling_calls, episodes, group_of, examples, [0, 1, 2], extras)
+    # the siblings of one event share its context: the sampler prefills each distinct context once
+    ids, mask = sibling_calls[0]["prompt_ids"], sibling_calls[0]["prompt_mask"]
+    contexts = {r.context for r in sibling_calls[0]["records"]}
+    assert len(distinct_prompts(ids, mask)[0]) == len(contexts) <= len(sibling_calls[0]["records"]) // 3
     b, x = got.batch, got.batch.extras
     siblings = (x["sibling"] == 1).nonzero().squeeze(-1).tolist()
     events = ((x["branch"] >= 0) & (x["sibling"] == 0)).nonzero().squeeze(-1).tolist()
@@ -316,3 +321,32 @@ def test_appo_branches_continue_after_the_best_scoring_token(policy):
             assert torch.equal(b.response_ids[first, :col], b.response_ids[r, :col])  # tokens ≤ b are copied ...
             assert b.response_mask[first, :col].sum() == 0  # ... and owned by the parent
             assert float(x["branch_scale"][first]) == float(x["branch_scale"][r]) >= 1.0
+
+
+def test_context_anchors_group_turns_by_the_whole_context(policy):
+    _, _, got = played(policy, {"name": "GuessNum-v0"}, G=8, n=2, anchor="context")
+    x, turns, group = got.batch.extras, got.turns, got.batch.group.tolist()
+    for i in range(len(turns)):
+        for j in range(len(turns)):
+            same = turns[i].context == turns[j].context and group[i] == group[j]
+            assert (int(x["anchor"][i]) == int(x["anchor"][j])) == same
+    row_of = {(r.traj, r.step): i for i, r in enumerate(turns)}
+    for i, r in enumerate(turns):
+        nxt = row_of.get((r.traj, r.step + 1))
+        if nxt is not None:
+            assert int(x["next_anchor"][i]) == int(x["anchor"][nxt])
+        else:
+            assert int(x["next_anchor"][i]) == -1
+
+
+def test_context_hidden_is_the_state_at_the_last_context_token(policy):
+    _, _, got = played(policy, {"name": "TextGrid-v0", "obs_mode": "local"}, G=4, n=2)
+    b = got.batch
+    value = b.extras["context_hidden"]
+    assert value.shape == (b.batch_size, policy.hf_model.config.hidden_size)
+    for i in (0, b.batch_size - 1):
+        ids = b.prompt_ids[i][b.prompt_mask[i].bool()][None]
+        with torch.no_grad():
+            full = policy.hf_model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0, -1]
+        # float32: the batched, left-padded prefill and this lone forward differ by rounding only (~1e-6 here)
+        torch.testing.assert_close(value[i], full, atol=1e-4, rtol=0)

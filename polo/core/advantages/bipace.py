@@ -16,7 +16,7 @@ from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
 from polo.core.segment import segment_sum
 
-BIPACE_INPUTS = ("traj", "step", "anchor", "step_reward", "action_key", "hidden")
+BIPACE_INPUTS = ("traj", "step", "anchor", "step_reward", "action_key", "context_hidden")
 
 
 def _rank(key: Tensor) -> Tensor:
@@ -97,19 +97,17 @@ def bigpo_clusters(hidden_unit: Tensor, group: Tensor, traj: Tensor, step: Tenso
 
 
 def unit_hidden(batch: RolloutBatch, who: str) -> Tensor:
-    """The row's hidden vector at its last context token, normalized, ``[N, d]`` (float64): ``hidden[n, Tp−1]``
-    of the provider's ``[N, Tp+T, d]`` tensor (prompts are left-padded to Tp), or a given ``[N, d]`` matrix."""
-    hidden = batch.extras.get("hidden")
+    """The rows' hidden vectors at their last context token (the ``context_hidden`` input ``[N, d]``),
+    normalized, float64."""
+    hidden = batch.extras.get("context_hidden")
     N = batch.batch_size
-    Tp, T = batch.prompt_ids.shape[1], batch.response_ids.shape[1]
-    where = (f"{who} needs the input 'hidden': the policy's hidden states [{N}, {Tp + T}, d] (or one vector per "
-             f"row, [{N}, d])")
+    where = (f"{who} needs the input 'context_hidden': the policy's hidden state at each row's last context token, "
+             f"[{N}, d]")
     if hidden is None:
         raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
-    if not hidden.is_floating_point() or hidden.dim() not in (2, 3) or hidden.shape[0] != N or (
-            hidden.dim() == 3 and hidden.shape[1] != Tp + T):
+    if not hidden.is_floating_point() or hidden.dim() != 2 or hidden.shape[0] != N:
         raise ValueError(f"{where}; got shape {tuple(hidden.shape)} and dtype {hidden.dtype}")
-    h = (hidden[:, Tp - 1] if hidden.dim() == 3 else hidden).double()
+    h = hidden.double()
     if not torch.isfinite(h).all():
         raise ValueError(f"{where}; it holds non-finite values")
     return F.normalize(h, dim=-1)
@@ -143,7 +141,7 @@ class BiPACE(GiGPO):
     its task group, divided by ``std_u + eps`` in ``mean_std_norm``; statistics over step rows or one value per
     trajectory). The step term replaces GiGPO's exact anchor groups:
 
-    * BiGPO states: ``u_n = h_n/‖h_n‖`` with ``h_n`` the policy's hidden state (layer ``hidden_layer``) at the
+    * BiGPO states: ``u_n = h_n/‖h_n‖`` with ``h_n`` the policy's last-layer hidden state (``context_hidden``) at the
       row's last context token, i.e. the position that predicts the first action token. Per task group, atoms
       (rows sharing an ``anchor`` id when ``merge_exact_obs_first``, else single rows) with vector
       ``normalize(Σ u)`` are leader-clustered in canonical order (ascending ``traj`` id, then ``step``): an atom
@@ -180,13 +178,11 @@ class BiPACE(GiGPO):
     """Merge the rows of equal anchor ids into one atom before clustering (else every row is its own atom)."""
     variant: Literal["Q", "R"] = "Q"
     """PACE_Q (same-action peer mean minus cluster mean) or PACE_R (own return minus other-action peer mean)."""
-    hidden_layer: int = -1
-    """Hidden layer whose state the provider returns as extras['hidden'] (-1: the final layer)."""
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         mask = batch.mask
         who = "advantage bipace"
-        reward, inputs, mode, a_ep = self.episode_term(batch, who, skip=frozenset({"hidden"}))
+        reward, inputs, mode, a_ep = self.episode_term(batch, who, skip=frozenset({"context_hidden"}))
         group = batch.group
         if self.step_advantage_w == 0:
             return AdvantageResult(a_ep[:, None] * mask)
