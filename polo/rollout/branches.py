@@ -139,7 +139,8 @@ def recovery_branches(engine: "MultiTurn", policy, episodes: list[Episode], gene
 
 def token_branches(engine: "MultiTurn", policy, episodes: list[Episode], calls: list[dict],
                    generator: torch.Generator, extras: dict, group_of: dict[int, int]) -> tuple[list[Episode], list[dict]]:
-    """APPO's branching. Over each root episode's generated tokens (its actions, in order) the branching score
+    """APPO's branching. Over each root episode's generated tokens (its actions in order, stop tokens excluded:
+    a branch after one would continue a finished action) the branching score
     ``BS_k = Ĥ_k·Ω̂_k`` (min-max normalized sampling entropy times the normalized discounted sum of the next
     ``branch_window`` tokens' log-ratios ``log π_θ − log π_ref``, the reference role's) picks one position b;
     ``token_branches`` children replay the turns before b's turn, keep b's action up to and including b and
@@ -150,14 +151,16 @@ def token_branches(engine: "MultiTurn", policy, episodes: list[Episode], calls: 
     if reference is None:
         raise ValueError("engine multi_turn: token_branches needs the reference role's model")
     tokens: dict[int, list[tuple]] = {}
+    stops = torch.tensor(policy.stop_token_ids)
     for call in calls:
         out = call["out"]
+        candidate = out.response_mask.bool() & ~torch.isin(out.response_ids, stops)  # a stop token ends the action
         with torch.no_grad():
             ref = reference.forward_logp(call["prompt_ids"], call["prompt_mask"], out.response_ids, out.response_mask,
                                          temperature=engine.settings.temperature)["logp"]
         lam = out.logp - ref.to(out.logp)
         for b, record in enumerate(call["records"]):
-            for col in out.response_mask[b].nonzero().squeeze(-1).tolist():
+            for col in candidate[b].nonzero().squeeze(-1).tolist():
                 tokens.setdefault(record.traj, []).append(
                     (record.step, col, float(out.entropy[b, col]), float(lam[b, col]), out.response_ids[b]))
     task, children, prefix, next_traj, branch_id = engine.settings.task, [], {}, max(group_of) + 1, 0
