@@ -18,11 +18,10 @@ from polo.envs import ACTION_SEP, TURN_SEP
 from polo.policy.inputs import pad_sequences
 from polo.rollout.engine import Rollouts
 
-SPAN_KINDS = ("PROMPT", "ACTION", "OBSERVATION", "HINT", "PLACEHOLDER", "MEMORY", "ANSWER")
-
-
 @dataclass(frozen=True)
 class TokenSpan:
+    """Tokens ``[start, end)`` of a trajectory row: PROMPT, ACTION, MEMORY, ANSWER, OBSERVATION or HINT."""
+
     start: int
     end: int
     kind: str
@@ -36,9 +35,9 @@ class TrajectoryRows:
     traj: list[int]
     input_ids: Tensor
     attention_mask: Tensor
-    loss_mask: Tensor  # 1 on the trainable ACTION tokens
-    turn_idx: Tensor  # the turn of each ACTION token, −1 elsewhere
-    old_logp: Tensor  # behaviour log-probs on ACTION tokens (copied ones included), 0 elsewhere
+    loss_mask: Tensor  # 1 on the trainable generated tokens (ACTION, MEMORY, ANSWER spans the row sampled)
+    turn_idx: Tensor  # the turn of each generated token, −1 elsewhere
+    old_logp: Tensor  # behaviour log-probs of generated tokens (copied ones included), 0 elsewhere
     spans: list[list[TokenSpan]]
 
 
@@ -64,12 +63,13 @@ def trajectory_rows(rollouts: Rollouts, policy) -> TrajectoryRows:
             mask = batch.response_mask[i].bool()
             action = batch.response_ids[i][mask].tolist()
             own = owner == traj
-            spans.append(TokenSpan(len(ids), len(ids) + len(action), "ACTION", own))
+            record = records[i]
+            kind = "MEMORY" if record.info.get("memory_write") else "ANSWER" if record.terminated else "ACTION"
+            spans.append(TokenSpan(len(ids), len(ids) + len(action), kind, own))
             ids += action
             loss += [int(own)] * len(action)
             turn += [step] * len(action)
             logp += batch.old_logp[i][mask].tolist()
-            record = records[i]
             observation = encode(ACTION_SEP + record.observation + TURN_SEP)
             kind = "HINT" if ", hint:" in record.observation else "OBSERVATION"
             spans.append(TokenSpan(len(ids), len(ids) + len(observation), kind, False))

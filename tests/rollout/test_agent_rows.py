@@ -252,10 +252,13 @@ def test_trajectory_rows_come_from_the_same_records_and_train_each_token_once(po
         assert all(a.end == c.start for a, c in zip(spans, spans[1:]))  # a partition of [0, L)
         for span in spans:
             assert view.loss_mask[row, span.start:span.end].tolist() == [int(span.trainable)] * (span.end - span.start)
-            assert span.trainable == (span.kind == "ACTION" and (traj, int(view.turn_idx[row, span.start])) in
+            assert span.trainable == (span.kind in ("ACTION", "ANSWER", "MEMORY") and
+                                      (traj, int(view.turn_idx[row, span.start])) in
                                       {(t, s) for t, s in zip(x["traj"].tolist(), x["step"].tolist())})
         decode = lambda span: policy.tokenizer.decode(view.input_ids[row, span.start:span.end].tolist(),  # noqa
                                                       skip_special_tokens=True)
+        assert all(a.kind in ("ACTION", "ANSWER") for a in spans[1::2])
+        assert all(a.kind != "ANSWER" or i == len(spans[1::2]) - 1 for i, a in enumerate(spans[1::2]))
         for action, after in zip(spans[1::2], spans[2::2]):  # each turn: its sampled tokens, then ";obs|"
             owner = traj if action.trainable else parent_of[traj]  # branches of roots only: depth ≤ 1
             r = row_of[owner, int(view.turn_idx[row, action.start])]
