@@ -97,8 +97,7 @@ def info_gain(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     if not pairs:
         return {"info_gain": gain}
     env = ctx.task.make_env()
-    prev, nxt = (torch.tensor(x) for x in zip(*pairs))
-    index = nxt.tolist()
+    prev, index = (list(x) for x in zip(*pairs))
     contexts = [counterfactual_context(records[n], records[p].observation, env.placeholder) for p, n in pairs]
     cf_ids, cf_mask = ctx.policy.encode_prompts(contexts)
     response = batch.response_ids[index].to(ctx.policy.device), batch.response_mask[index].to(ctx.policy.device)

@@ -99,13 +99,16 @@ def _clean(action: str) -> str:
     return action.replace("|", " ").replace(";", " ").strip()
 
 
-def recovery_hint(record) -> str | None:
-    """ReflectPO's hint for the state a turn led to, or None when that state is not erroneous: a repeated visit
-    (the turn's observation is a state already acted in on this path), an invalid action or a failed tool call."""
+def recovery_hint(record, seen: set[str]) -> str | None:
+    """ReflectPO's hint for the state a turn led to, or None when that state is not erroneous: the result of an
+    invalid action or a failed tool call, or a repeated visit (the turn's observation is one of ``seen``, the
+    states already acted in on this path, this turn's included)."""
     if not record.info["valid"]:
         return f"hint: {_clean(record.action)} is not a valid action, try another"
     if record.info["tool_error"]:
         return f"hint: {_clean(record.action)} found nothing, try another"
+    if record.observation in seen:
+        return f"hint: you were here before, {_clean(record.action)} did not help, try another"
     return None
 
 
@@ -122,9 +125,7 @@ def recovery_branches(engine: "MultiTurn", policy, episodes: list[Episode], gene
         seen = set()
         for record in ep.records:
             seen.add(record.info["anchor_obs"])
-            hint = recovery_hint(record)
-            if hint is None and record.observation in seen and not record.terminated:
-                hint = f"hint: you were here before, {_clean(record.action)} did not help, try another"
+            hint = recovery_hint(record, seen)
             group = group_of[ep.traj]
             if hint is None or record.terminated or record.truncated or budget.get(group, 0) >= engine.max_branch_points:
                 continue
@@ -145,7 +146,7 @@ def token_branches(engine: "MultiTurn", policy, episodes: list[Episode], calls: 
     ``branch_window`` tokens' log-ratios ``log π_θ − log π_ref``, the reference role's) picks one position b;
     ``token_branches`` children replay the turns before b's turn, keep b's action up to and including b and
     sample the rest of the episode. Writes ``branch``, ``branch_token`` and ``branch_scale`` (``1 + α·Ω̂_b``)."""
-    from polo.core.advantages.appo import branch_scores, select_branch_points
+    from polo.core.advantages.appo import branch_scores, procedure_scale, select_branch_points
 
     reference = engine.settings.models.get("reference")
     if reference is None:
@@ -173,7 +174,7 @@ def token_branches(engine: "MultiTurn", policy, episodes: list[Episode], calls: 
         _, _, omega_hat, bs = branch_scores(entropy, lam, engine.branch_window, engine.branch_gamma)
         point = select_branch_points(bs, 1, 1)[0]
         step, col, _, _, response = seq[point]
-        scale = 1.0 + engine.branch_alpha * float(omega_hat[point])
+        scale = float(procedure_scale(omega_hat, [point], engine.branch_alpha)[0])
         values = {f"branch@{step}": branch_id, f"branch_token@{step}": col + 1, f"branch_scale@{step}": scale}
         for later in range(step + 1, len(ep.history)):
             values.update({f"branch@{later}": branch_id, f"branch_scale@{later}": scale})

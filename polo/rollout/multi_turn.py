@@ -155,16 +155,15 @@ class MultiTurn(Engine):
         self.play(policy, episodes, None, greedy=True)
         return sum(ep.success for ep in episodes) / max(1, len(episodes))
 
-    def start(self, seeds: list[int], first_traj: int = 0) -> list[Episode]:
+    def start(self, seeds: list[int]) -> list[Episode]:
         task = self.settings.task
-        return [Episode.start(task.make_env(), seed, first_traj + i) for i, seed in enumerate(seeds)]
+        return [Episode.start(task.make_env(), seed, i) for i, seed in enumerate(seeds)]
 
     def play(self, policy, episodes: list[Episode], generator, greedy: bool, *, max_turns: int | None = None,
              action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False) -> list[dict]:
         """Play ``episodes`` in lock-step until they end (or for ``max_turns`` turns). ``action_prefix`` forces
         the start of an episode's first action, as text or token ids (a token-offset branch: the prefix is not
-        sampled and not trainable). Returns one dict per decoding call: its ``episodes``, ``prompt_ids``/``prompt_mask``, the
-        sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
+        sampled and not trainable). Returns one dict per decoding call: its ``prompt_ids``/``prompt_mask``, the sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
         ``records``; each episode also gets its records."""
         s, task = self.settings, self.settings.task
         chat = bool(getattr(policy, "chat_template", False))
@@ -192,8 +191,7 @@ class MultiTurn(Engine):
                                     result.terminated, result.truncated, ep.parent, ep.depth, prefix)
                 ep.records.append(record)
                 records.append(record)
-            calls.append({"episodes": list(live), "prompt_ids": ids, "prompt_mask": mask, "out": out,
-                          "records": records})
+            calls.append({"prompt_ids": ids, "prompt_mask": mask, "out": out, "records": records})
             live = [ep for ep in live if not ep.done]
             turn += 1
         return calls
@@ -214,18 +212,18 @@ class MultiTurn(Engine):
         seqs = [row[m.bool()].tolist() + p for row, m, p in zip(ids, mask, pre)]
         out = sample(policy, *pad_sequences(seqs, policy.pad_token_id, left=True, device=ids.device), **kwargs)
         width = max(map(len, pre))
-        lead = [torch.tensor([policy.pad_token_id] * (width - len(p)) + p, dtype=torch.long) for p in pre]
-        shift = [width - len(p) for p in pre]  # left-justify each row: its prefix, then its sampled tokens
         joined = {name: [] for name in ("response_ids", "response_mask", "logp", "entropy")}
-        for b, (row_lead, k) in enumerate(zip(lead, shift)):
-            n = width - k
-            parts = {"response_ids": torch.cat([row_lead[k:], out.response_ids[b]]),
-                     "response_mask": torch.cat([torch.zeros(n, dtype=torch.long), out.response_mask[b]]),
-                     "logp": torch.cat([torch.zeros(n), out.logp[b]])}
+        device = out.response_ids.device
+        for b, p in enumerate(pre):  # each row: its prefix (mask 0), its sampled tokens, then right padding
+            n = len(p)
+            zeros = torch.zeros(n, device=device)
+            parts = {"response_ids": torch.cat([torch.tensor(p, dtype=torch.long, device=device), out.response_ids[b]]),
+                     "response_mask": torch.cat([zeros.long(), out.response_mask[b]]),
+                     "logp": torch.cat([zeros, out.logp[b]])}
             if out.entropy is not None:
-                parts["entropy"] = torch.cat([torch.zeros(n), out.entropy[b]])
+                parts["entropy"] = torch.cat([zeros, out.entropy[b]])
             for name, value in parts.items():
-                joined[name].append(F.pad(value, (0, k), value=0))
+                joined[name].append(F.pad(value, (0, width - n), value=0))
         out.response_ids, out.response_mask, out.logp = (torch.stack(joined[n]) for n in
                                                          ("response_ids", "response_mask", "logp"))
         out.entropy = torch.stack(joined["entropy"]) if out.entropy is not None else None

@@ -64,8 +64,8 @@ class ReverseTurn(MultiTurn):
                     group_of[next_traj] = node
                     next_traj += 1
         calls = self.play(policy, continuations, generator, greedy)
-        level_calls = [call for call in calls if call["records"][0].step == k - 1]  # the first decode call only
-        rows = self.step_rows(level_calls, continuations, group_of, [sweep["examples"][g] for g in nodes],
+        # every continuation starts at turn k, so the first decoding call holds exactly the level's rows
+        rows = self.step_rows(calls[:1], continuations, group_of, [sweep["examples"][g] for g in nodes],
                               [sweep["prompt_index"][g] for g in nodes], {})
         rows.batch.extras["policy_version"] = torch.full((rows.batch.batch_size,), self._version, dtype=torch.long)
         sweep["level"] = k - 1
