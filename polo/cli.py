@@ -54,6 +54,9 @@ def cmd_train(args) -> int:
         if run_dir.exists() and not run_dir.is_dir():
             raise ConfigError(f"--run-dir {str(run_dir)!r} is a file, not a folder")
         trainer = Trainer(recipe, run_dir, _log)
+    if not trainer.data_parallel.is_main:  # a data-parallel learner's other ranks: rank 0 reports
+        trainer.run()
+        return 0
     _log(f"run folder: {trainer.run_dir}")
     bar, update = _progress_bar(trainer.recipe.train.steps, trainer.step_count)
     with bar:

@@ -55,7 +55,8 @@ class ActionMaskedPolicy(Policy):
     """
 
     def __init__(self, policy: Policy, masking: Policy, top_p: float, min_tokens_to_keep: int = 1):
-        super().__init__(policy.model, policy.tokenizer, chat_template=policy.chat_template)
+        super().__init__(policy.model, policy.tokenizer, chat_template=policy.chat_template,
+                         compute_dtype=policy.compute_dtype)
         self.__dict__["masking"] = masking
         self.top_p, self.min_tokens_to_keep = top_p, min_tokens_to_keep
         self.always = torch.tensor(sorted({*self.stop_token_ids, self.pad_token_id}))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -26,6 +26,34 @@ ADAPTER_DIR = "adapter"
 def token_logp(logits: Tensor, ids: Tensor) -> Tensor:
     """``log softmax(logits)[..., ids]`` without materialising the full log-softmax."""
     return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
+"""``model.dtype`` → the autocast dtype of the model calls (None: plain float32)."""
+
+
+def resolve_device(name: str) -> torch.device:
+    """``model.device`` as a torch device; a ConfigError when it names a cuda device this machine lacks."""
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"model.device={name!r}, but torch.cuda.is_available() is false (no GPU, or a CPU-only "
+                          f"torch {torch.__version__}): use model.device=cpu, or install a CUDA build of torch")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ConfigError(f"model.device={name!r}, but this machine has {torch.cuda.device_count()} cuda device(s): "
+                          f"expected cuda:0 .. cuda:{torch.cuda.device_count() - 1}")
+    return device
+
+
+def mixed_precision(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
+    """Mixed precision of a model call: ``torch.autocast(device.type, dtype)`` (matmuls in bfloat16, the
+    parameters stay float32), or nothing for ``dtype=None``.
+
+    Why autocast over float32 master weights rather than bfloat16 weights with an fp32 copy: an AdamW step
+    changes a weight by about ``lr`` (≈1e-4 … 1e-3), below bfloat16's resolution (2⁻⁸ ≈ 4e-3 relative) for any
+    weight above ~0.1, so bfloat16-stored weights would drop most updates; float32 parameters are the master
+    weights the optimizer updates directly, with no second copy to keep in sync, and checkpoints, resume and
+    the reference/critic copies stay float32 unchanged. The price is float32 weight memory (2× bfloat16)."""
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def _chat(prompt: str | Example) -> list[dict]:
@@ -62,13 +90,20 @@ class Policy(nn.Module):
 
     ``model`` may be LoRA-wrapped (peft); ``hf_model`` is always the underlying ``PreTrainedModel``.
     ``stop_token_ids`` are the ids that end a response: the tokenizer's eos and the generation config's.
+    ``compute_dtype``: the model calls run under ``mixed_precision`` in it (bfloat16), None: float32.
+
+    Devices: the model lives on ``device``; the token tensors it is given may live elsewhere (the rollout batch
+    stays on the host, where the core's math and the rewards run): each call moves its inputs to ``device``
+    and returns float32 results on the inputs' device.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False):
+    def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False,
+                 compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.chat_template = chat_template and getattr(tokenizer, "chat_template", None) is not None
+        self.compute_dtype = compute_dtype
         generation_eos = getattr(self.hf_model.generation_config, "eos_token_id", None)
         generation_eos = generation_eos if isinstance(generation_eos, list) else [generation_eos]
         self.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else generation_eos[0]
@@ -79,9 +114,10 @@ class Policy(nn.Module):
 
     @classmethod
     def load(cls, path: str | Path, *, dtype=torch.float32, device="cpu", lora: LoraConfig | None = None,
-             chat_template: bool = False) -> "Policy":
+             chat_template: bool = False, compute_dtype: torch.dtype | None = None) -> "Policy":
         """Load a local checkpoint folder (never the hub); a saved ``adapter/`` is loaded trainable,
-        otherwise ``lora`` (if ``r > 0``) adds fresh adapters."""
+        otherwise ``lora`` (if ``r > 0``) adds fresh adapters. ``dtype``: the stored parameters' (keep float32
+        to train: they are the optimizer's master weights); ``compute_dtype``: see ``mixed_precision``."""
         path = Path(path)
         tokenizer = load_tokenizer(path)
         with loading(path):
@@ -90,7 +126,7 @@ class Policy(nn.Module):
             model = load_lora(model, path / ADAPTER_DIR)
         elif lora is not None:
             model = apply_lora(model, lora)
-        return cls(model.to(device), tokenizer, chat_template=chat_template)
+        return cls(model.to(device), tokenizer, chat_template=chat_template, compute_dtype=compute_dtype)
 
     def save(self, path: str | Path, *, merge_lora: bool = False) -> None:
         """``save_pretrained`` of model and tokenizer. With LoRA the folder holds the base weights
@@ -114,8 +150,18 @@ class Policy(nn.Module):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def autocast(self) -> AbstractContextManager:
+        """The mixed precision of this policy's model calls (``mixed_precision``)."""
+        return mixed_precision(self.device, self.compute_dtype)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute each layer's activations in the backward instead of keeping them (memory for compute), in
+        training mode only: sampling and no-grad forwards run in eval mode and keep their KV cache. The
+        training forward is then one plain forward (``read_after_prompt``: the layers drop a KV cache)."""
+        self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
     def encode_prompts(self, prompts: Sequence[str | Example]) -> tuple[Tensor, Tensor]:
-        """Left-padded ``(ids, mask)`` ``[B, Tp]`` of prompt texts or Examples: the prompt text with the
+        """Left-padded host ``(ids, mask)`` ``[B, Tp]`` of prompt texts or Examples: the prompt text with the
         tokenizer's own special tokens (the char tokenizer and Llama prepend bos), or with the chat template
         an Example's ``messages`` (a text, or an Example without messages: one user turn) + the generation
         prompt."""
@@ -125,13 +171,12 @@ class Policy(nn.Module):
             seqs = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         else:
             seqs = self.tokenizer([getattr(p, "prompt", p) for p in prompts])["input_ids"]
-        return pad_sequences(seqs, self.pad_token_id, left=True, device=self.device)
+        return pad_sequences(seqs, self.pad_token_id, left=True)
 
     def encode_completions(self, completions: list[str]) -> tuple[Tensor, Tensor]:
-        """Right-padded ``(ids, mask)`` ``[B, T]`` of each completion followed by eos."""
+        """Right-padded host ``(ids, mask)`` ``[B, T]`` of each completion followed by eos."""
         seqs = self.tokenizer(list(completions), add_special_tokens=False)["input_ids"]
-        return pad_sequences([s + [self.eos_token_id] for s in seqs], self.pad_token_id, left=False,
-                             device=self.device)
+        return pad_sequences([s + [self.eos_token_id] for s in seqs], self.pad_token_id, left=False)
 
     def decode(self, response_ids: Tensor, response_mask: Tensor) -> list[str]:
         """Text of the masked response tokens, without eos, pad and other special tokens."""
@@ -144,7 +189,7 @@ class Policy(nn.Module):
 
     def decoder(self) -> CachedDecoder:
         """Incremental KV-cached decoding for the sampler (a wrapper may restrict the logits it returns)."""
-        return CachedDecoder(self.model, self.hf_model)
+        return CachedDecoder(self.model, self.hf_model, self.autocast)
 
     def restrict(self, logits: Tensor, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor) -> Tensor:
         """The response positions' logits ``[B, T, V]`` as the policy's distribution sees them: unchanged here;
@@ -157,18 +202,22 @@ class Policy(nn.Module):
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(restrict(logits) / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
-        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings)."""
-        T = response_ids.shape[1]
-        if hidden_layer is None:  # position t-1 predicts response token t
-            logits = read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
-                                       lambda out: out.logits, lm_head=True).float()
-        else:
-            out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
-                             logits_to_keep=T + 1, output_hidden_states=True)
-            logits = out.logits[:, :-1].float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        logits = self.restrict(logits, prompt_ids, prompt_mask, response_ids)
+        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings); all
+        float32, on the inputs' device."""
+        home, T = response_ids.device, response_ids.shape[1]
+        prompt_ids, prompt_mask, response_ids, response_mask = (
+            x.to(self.device) for x in (prompt_ids, prompt_mask, response_ids, response_mask))
+        with self.autocast():  # the model (and a restricting wrapper's masking model) in compute_dtype
+            if hidden_layer is None:  # position t-1 predicts response token t
+                logits = read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                           lambda out: out.logits, lm_head=True).float()
+            else:
+                out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
+                                 logits_to_keep=T + 1, output_hidden_states=True)
+                logits = out.logits[:, :-1].float()
+            if temperature != 1.0:
+                logits = logits / temperature
+            logits = self.restrict(logits, prompt_ids, prompt_mask, response_ids)
         masked = ~response_mask.bool()
         result = {"logp": token_logp(logits, response_ids).masked_fill(masked, 0.0)}
         if return_entropy:  # "metric": no autograd history (no [B, T, V] tensors kept for a backward)
@@ -177,8 +226,8 @@ class Policy(nn.Module):
         if return_full:
             result["logprobs_full"] = logits.log_softmax(-1).masked_fill(masked[..., None], 0.0)
         if hidden_layer is not None:
-            result["hidden"] = out.hidden_states[hidden_layer]
-        return result
+            result["hidden"] = out.hidden_states[hidden_layer].float()
+        return {name: value.to(home) for name, value in result.items()}
 
     forward = forward_logp
 
@@ -186,21 +235,28 @@ class Policy(nn.Module):
 class ValueModel(nn.Module):
     """PPO critic: its own copy of the policy's transformer trunk and a zero-initialised linear head."""
 
-    def __init__(self, trunk: nn.Module, hidden_size: int):
+    def __init__(self, trunk: nn.Module, hidden_size: int, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.trunk = trunk
         self.head = nn.Linear(hidden_size, 1, dtype=next(trunk.parameters()).dtype)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        self.compute_dtype = compute_dtype
 
     @classmethod
     def from_policy(cls, policy: Policy) -> "ValueModel":
+        """A copy of the policy's trunk (with its device, mixed precision and gradient checkpointing)."""
         trunk = copy.deepcopy(policy.hf_model.base_model)
         trunk.requires_grad_(True)
-        return cls(trunk, policy.hf_model.config.hidden_size).to(policy.device)
+        return cls(trunk, policy.hf_model.config.hidden_size, policy.compute_dtype).to(policy.device)
 
     def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
-        """``[B, T]`` values ``V(s_t)`` read at the position just before response token ``t`` (0 where masked)."""
-        hidden = read_after_prompt(self.trunk, prompt_ids, prompt_mask, response_ids[:, :-1],
-                                   lambda out: out.last_hidden_state, lm_head=False)
-        return self.head(hidden).squeeze(-1).float().masked_fill(~response_mask.bool(), 0.0)
+        """``[B, T]`` float32 values ``V(s_t)`` read at the position just before response token ``t`` (0 where
+        masked), on the inputs' device; the trunk runs in ``compute_dtype``, the head in float32."""
+        home, device = response_ids.device, self.head.weight.device
+        prompt_ids, prompt_mask, response_ids = (x.to(device) for x in (prompt_ids, prompt_mask, response_ids))
+        with mixed_precision(device, self.compute_dtype):
+            hidden = read_after_prompt(self.trunk, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                       lambda out: out.last_hidden_state, lm_head=False)
+        values = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float().to(home)
+        return values.masked_fill(~response_mask.bool(), 0.0)

@@ -9,6 +9,7 @@ continuations are run on the full batch. Token positions computed drop from ``BÂ
 from __future__ import annotations
 
 import inspect
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import torch
@@ -65,24 +66,36 @@ class CachedDecoder:
     """Incremental decoding with a KV cache: ``prefill`` the prompts, then one ``step`` per token; each returns
     the next-token logits ``[rows, V]``. ``select`` keeps the given rows (finished rows leave the batch). With
     ``keep_hidden`` set, ``prefill`` also keeps ``hidden`` ``[rows, d]``: the last layer's state at each prompt's
-    last token (the position whose logits give the first new token)."""
+    last token (the position whose logits give the first new token). ``precision`` gives the context every model
+    call runs in (the policy's mixed precision)."""
 
-    def __init__(self, model, hf_model):
-        self.model, self.cache = model, new_cache(hf_model)
+    def __init__(self, model, hf_model, precision: Callable[[], AbstractContextManager] = nullcontext):
+        if drops_cache(model):
+            raise RuntimeError("KV-cached decoding with gradient checkpointing in training mode: the layers would "
+                               "drop the cache; call policy.eval() before sampling")
+        self.model, self.cache, self.precision = model, new_cache(hf_model), precision
         self.keep_hidden, self.hidden = False, None
 
     def prefill(self, distinct: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills)."""
-        out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden)
+        with self.precision():
+            out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden)
         if self.keep_hidden:
             self.hidden = out.hidden_states[-1][:, -1][distinct[2]]
         return out.logits[:, -1][distinct[2]]
 
     def step(self, inputs: dict[str, Tensor]) -> Tensor:
-        return self.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]
+        with self.precision():
+            return self.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]
 
     def select(self, keep: Tensor) -> None:
         self.cache.batch_select_indices(keep)
+
+
+def drops_cache(model) -> bool:
+    """Whether ``model``'s layers ignore a KV cache in this call: Hugging Face's gradient checkpointing does so
+    in training mode (a cache written in the forward would be written again by the backward's recompute)."""
+    return model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
 def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuation: Tensor,
@@ -91,12 +104,13 @@ def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuati
     ``[B, 1 + Tc, ...]``, each distinct prompt computed once.
 
     ``read`` picks the output tensor (``logits`` of a causal LM with ``lm_head``, ``last_hidden_state`` of a
-    trunk). Without repeated prompts this is one plain forward.
+    trunk). Without repeated prompts, or when the model drops caches (``drops_cache``), this is one plain
+    forward.
     """
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask.long())
     B, Tc = continuation.shape
-    distinct = distinct_prompts(prompt_ids, prompt_mask)
-    if len(distinct[0]) == B:
+    distinct = None if drops_cache(model) else distinct_prompts(prompt_ids, prompt_mask)
+    if distinct is None or len(distinct[0]) == B:
         keep = {"logits_to_keep": Tc + 1} if lm_head else {}
         out = model(**concat_inputs(prompt_ids, prompt_mask, continuation), use_cache=False, **keep)
         return read(out)[:, -(Tc + 1):]

@@ -4,12 +4,14 @@ An engine is a registered component (``engine.name`` in a recipe, default ``sing
 builds it once, hands it what every engine needs (``EngineSetup``), calls ``rollout`` each step and ``sync``
 after each update (an engine that generates elsewhere, e.g. in vLLM or on Ray workers, pushes the new
 weights there). An engine names the inputs it writes itself (``provides``: at least ``old_logp``) and the
-model roles it needs besides the policy (``roles``).
+model roles it needs besides the policy (``roles``). Every engine decodes through ``generate``: polo's
+KV-cache sampler, or vLLM when the engine's ``vllm`` settings are given (``engine.name: vllm`` is the
+single-turn engine with vLLM on).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from pydantic import PrivateAttr
@@ -17,6 +19,8 @@ from pydantic import PrivateAttr
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.registry import Component, Registry
 from polo.rollout.evaluate import accuracy
+from polo.rollout.sampler import SampleOutput, sample
+from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings
 from polo.tasks.base import Example, Task
 from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
@@ -41,6 +45,8 @@ class EngineSetup:
     reward_context: RewardContext = field(default_factory=RewardContext)
     models: dict[str, Any] = field(default_factory=dict)
     """The built role models, by role name (those the engine named in ``roles()`` among them)."""
+    scorer: Callable | None = None
+    """Scores completions in place of ``score_batch`` (same signature): Ray reward workers; None: here."""
 
 
 @dataclass
@@ -81,7 +87,8 @@ def scored(batch_fields: dict, setup: EngineSetup, examples: list[Example], comp
     ``prompt_index`` and ``reward_present`` ``[B, K]`` (False where a reward returned None) in ``extras``."""
     ids, mask = batch_fields["response_ids"], batch_fields["response_mask"].bool()
     completion_ids = [row.tolist() for row in ids[mask].split(mask.sum(1).tolist())]
-    scores = score_batch(setup.task, setup.reward_specs, examples, completions, completion_ids, setup.reward_context)
+    score = setup.scorer or score_batch
+    scores = score(setup.task, setup.reward_specs, examples, completions, completion_ids, setup.reward_context)
     maxima = reward_maxima(setup.task, setup.reward_specs)
     correct = torch.tensor([float(setup.task.is_correct(c, e)) for c, e in zip(completions, examples)])
     extras = {"correct": correct, "prompt_index": torch.tensor(prompt_index, dtype=torch.long),
@@ -97,7 +104,11 @@ class Engine(Component):
     provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index", "reward_present"})
     """Inputs the engine writes into every batch itself (behaviour log-probs, the verifier's verdict, ...)."""
 
+    vllm: VLLMSettings | None = None
+    """Decode in vLLM with these settings (the optional extra polo[vllm]); None: polo's own sampler."""
+
     _setup: EngineSetup | None = PrivateAttr(default=None)
+    _vllm: VLLMGenerator | None = PrivateAttr(default=None)
 
     def roles(self) -> set[str]:
         """Model roles the engine needs besides the policy."""
@@ -122,7 +133,18 @@ class Engine(Component):
         """Held-out success: the fraction of ``examples`` the policy solves greedily (here: the task's verifier on
         one greedy completion each; an engine of episodes counts solved episodes)."""
         s = self.settings
-        return accuracy(policy, s.task, examples, s.max_new_tokens, greedy=True)
+        return accuracy(policy, s.task, examples, s.max_new_tokens, greedy=True, generate=self.generate)
+
+    def generate(self, policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **sampling) -> SampleOutput:
+        """Completions of left-padded prompts (``sampling``: ``polo.rollout.sampler.sample``'s keywords), from
+        polo's sampler or from vLLM (built on first use from the policy's current weights)."""
+        if self.vllm is None:
+            return sample(policy, prompt_ids, prompt_mask, **sampling)
+        if self._vllm is None:
+            self._vllm = VLLMGenerator(self.vllm, policy)
+        return self._vllm.generate(policy, prompt_ids, prompt_mask, **sampling)
 
     def sync(self, policy, version: int) -> None:
         """After each update (``version`` = completed steps): push the new weights where generation runs."""
+        if self._vllm is not None:
+            self._vllm.sync(policy, version)

@@ -18,15 +18,17 @@ def completions(
     temperature: float = 1.0,
     seed: int = 0,
     chunk: int = 512,
+    generate=sample,
 ) -> list[str]:
-    """The policy's completion of each example: greedy, or sampled from ``seed``."""
+    """The policy's completion of each example: greedy, or sampled from ``seed`` (``generate``: polo's sampler
+    or an engine's, with ``sample``'s signature)."""
     was_training = policy.training
     policy.eval()
     generator = torch.Generator().manual_seed(seed)
     texts: list[str] = []
     for start in range(0, len(examples), chunk):
         ids, mask = policy.encode_prompts([e.prompt for e in examples[start : start + chunk]])
-        out = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
+        out = generate(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
                      greedy=greedy, generator=generator)
         texts += policy.decode(out.response_ids, out.response_mask)
     policy.train(was_training)

@@ -43,7 +43,6 @@ from polo.policy.inputs import pad_sequences
 from polo.rollout import branches
 from polo.rollout.engine import ENGINES, Engine, EngineSetup, Rollouts
 from polo.rollout.episodes import Episode, TurnRecord
-from polo.rollout.sampler import sample
 from polo.tasks.base import Example
 
 ORACLES = {"judge": "judge_score", "ev": "ev", "hint": "hint", "memory_write": "memory_write",
@@ -208,9 +207,9 @@ class MultiTurn(Engine):
         kwargs = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                       greedy=greedy, generator=generator, return_entropy=entropy, return_hidden=True)
         if not any(pre):
-            return sample(policy, ids, mask, **kwargs)
+            return self.generate(policy, ids, mask, **kwargs)
         seqs = [row[m.bool()].tolist() + p for row, m, p in zip(ids, mask, pre)]
-        out = sample(policy, *pad_sequences(seqs, policy.pad_token_id, left=True, device=ids.device), **kwargs)
+        out = self.generate(policy, *pad_sequences(seqs, policy.pad_token_id, left=True, device=ids.device), **kwargs)
         width = max(map(len, pre))
         joined = {name: [] for name in ("response_ids", "response_mask", "logp", "entropy")}
         device = out.response_ids.device

@@ -38,9 +38,10 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
         p = sorted_z.softmax(-1)
         outside = p.cumsum(-1) - p > top_p  # keep the shortest prefix whose mass reaches top_p
         z = z.scatter(-1, order, sorted_z.masked_fill(outside, float("-inf")))
-    # inverse-CDF draw: one uniform per row (several times faster than torch.multinomial on CPU)
+    # inverse-CDF draw: one uniform per row (several times faster than torch.multinomial on CPU), drawn on the
+    # host generator's device and moved: the same draws on every device
     cdf = z.exp().cumsum(-1)
-    u = torch.rand(z.shape[0], 1, generator=generator, device=z.device) * cdf[:, -1:]
+    u = torch.rand(z.shape[0], 1, generator=generator).to(z.device) * cdf[:, -1:]
     return (cdf <= u).sum(-1).clamp(max=z.shape[-1] - 1)
 
 
@@ -56,9 +57,10 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     ``ActionMaskedPolicy``) restricts sampling and log-probs alike (−inf logits drop out of the softmax).
     ``return_entropy`` also records ``H = −Σ_v p_v log p_v`` of each drawn token's distribution (after the
     temperature, before top-p/top-k); ``return_hidden`` keeps the last layer's state at each prompt's last
-    token from the prefill (no extra forward).
+    token from the prefill (no extra forward). The model runs on ``policy.device`` in its mixed precision
+    (``Policy.autocast``); the outputs are float32, on ``prompt_ids``' device.
     """
-    device = policy.device
+    home, device = prompt_ids.device, policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
     B, Tp = prompt_ids.shape
     greedy, temperature = greedy or temperature == 0, temperature or 1.0
@@ -108,5 +110,6 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         next_position = next_position + 1
 
     mask = torch.arange(steps, device=device) < length[:, None]
-    return SampleOutput(out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens,
-                        None if out_entropy is None else out_entropy[:, :steps] * mask, hidden)
+    parts = (out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens,
+             None if out_entropy is None else out_entropy[:, :steps] * mask, hidden)
+    return SampleOutput(*(None if x is None else x.to(home) for x in parts))

@@ -5,7 +5,7 @@ import torch
 
 from polo.core.registry import ConfigError
 from polo.rollout.engine import ENGINES, Engine, Rollouts, scored
-from polo.rollout.sampler import sample
+from polo.rollout.vllm_generator import VLLMSettings
 from polo.tasks.base import Example
 
 
@@ -22,7 +22,7 @@ class SingleTurn(Engine):
         G = samples_per_prompt or s.samples_per_prompt
         prompt_ids, prompt_mask = policy.encode_prompts(examples)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
-        out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+        out = self.generate(policy, prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                      top_p=s.top_p, top_k=s.top_k, greedy=greedy, generator=generator)
         rows = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "response_ids": out.response_ids,
                 "response_mask": out.response_mask, "group": torch.arange(len(examples)).repeat_interleave(G),
@@ -30,3 +30,13 @@ class SingleTurn(Engine):
         repeated = [e for e in examples for _ in range(G)]
         index = [i for i in prompt_index for _ in range(G)]
         return scored(rows, s, repeated, policy.decode(out.response_ids, out.response_mask), index)
+
+
+@ENGINES.register("vllm")
+class VLLMEngine(SingleTurn):
+    """``single_turn`` with generation in vLLM (the optional extra polo[vllm]): the policy's weights are pushed
+    into vLLM after every update, and the rows' ``old_logp`` are vLLM's log-probs (pair it with
+    ``credit: rollout_is``, which recomputes them in the trainer and corrects the gap)."""
+
+    vllm: VLLMSettings = VLLMSettings()
+    """How the policy is served in vLLM."""

@@ -8,6 +8,7 @@ provider can supply, and a micro-batch size that would split the groups a compon
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,6 +44,19 @@ class Model(Settings):
     lora: LoraConfig = LoraConfig()
     chat_template: bool = False
     """Render prompts with the checkpoint tokenizer's chat template (when it has one)."""
+    device: str = "cpu"
+    """Where the policy, its reference and critic copies and the sampler run: ``cpu``, ``cuda`` or ``cuda:N``
+    (rollout batches, rewards and the loss math stay on the host; the warm start runs on the CPU)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute precision of the model calls: ``bfloat16`` runs them under torch.autocast (bfloat16 matmuls);
+    parameters (the optimizer's master weights), checkpoints, log-probs, values and losses stay float32."""
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, name: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", name):
+            raise ValueError(f"model.device: expected cpu, cuda or cuda:N (N a device index), got {name!r}")
+        return name
 
 
 class WarmStart(Settings):
@@ -127,6 +141,14 @@ class Loop(Settings):
     """Optimizer steps per epoch; the batch is split into this many minibatches."""
     micro_batch_size: int | None = Field(None, gt=0)
     """Rows per forward/backward (gradient accumulation); None: the whole minibatch."""
+    micro_batch_tokens: int | None = Field(None, gt=0)
+    """Most padded tokens per forward/backward, ``rows × (longest prompt + response width)`` of the micro-batch
+    (consecutive rows, whole groups when a component needs them); with ``micro_batch_size`` both limits apply. A
+    row (or whole group) above it alone is a micro-batch of its own. None: no token limit."""
+    gradient_checkpointing: bool = False
+    """Recompute each layer's activations in the backward instead of storing them (Hugging Face gradient
+    checkpointing, non-reentrant): less memory in the training forward for about one more forward of compute;
+    sampling keeps its KV cache."""
     train_pool: int = Field(5000, gt=0)
     """Distinct training problems the prompt stream cycles through."""
     eval_every: int = Field(25, gt=0)
@@ -147,6 +169,10 @@ class Loop(Settings):
     replay_steps: int = Field(0, ge=0)
     """Also train on the batches of the last ``replay_steps`` steps (stale samples keep their own
     behaviour log-probs and advantages; R²VPO)."""
+    async_staleness: int = Field(0, ge=0)
+    """Asynchronous RL: generate the next k steps' rollouts while this step's update runs (samples at most k
+    policy versions old; needs ``credit: rollout_is``, which corrects the staleness by importance sampling);
+    0: synchronous."""
     max_nonfinite_skips: int = Field(3, ge=0)
     """Optimizer steps with a non-finite loss or gradient are skipped; the run stops with an error once more
     than this many were skipped (the last checkpoint, written before, stays clean)."""
@@ -163,6 +189,37 @@ class Loop(Settings):
     @classmethod
     def _known_backends(cls, names: list[str]) -> list[str]:
         return check_backends(names)
+
+    @model_validator(mode="after")
+    def _micro_batch_limits_agree(self) -> "Loop":
+        size, tokens = self.micro_batch_size, self.micro_batch_tokens
+        if size is not None and tokens is not None and tokens < 2 * size:
+            raise ValueError(f"train.micro_batch_tokens={tokens} cannot hold train.micro_batch_size={size} rows: a "
+                             f"row has at least one prompt and one response token, so {size} rows need at least "
+                             f"{2 * size} tokens; raise micro_batch_tokens or lower micro_batch_size (or unset one)")
+        return self
+
+
+class Dist(Settings):
+    """Scale-out (docs/scaling.md): where rollouts and rewards run, and the data-parallel learner."""
+
+    backend: Literal["local", "ray"] = "local"
+    """``local``: every stage in this process; ``ray``: rollouts on ``rollout_workers`` Ray actors (and rewards on
+    ``reward_workers``), the learner here gathering their batches and broadcasting weights after each update."""
+    address: str | None = None
+    """Ray cluster to join (``ray://host:port`` or ``auto``); None starts a local cluster."""
+    rollout_workers: int = Field(2, gt=0)
+    """Ray actors that each hold an engine and generate a share of every step's prompts."""
+    reward_workers: int = Field(0, ge=0)
+    """Ray actors that score completions (slow reward functions: sandboxes, judges); 0: scored by the rollout
+    workers."""
+    worker_threads: int = Field(1, gt=0)
+    """torch CPU threads of each Ray worker."""
+    max_restarts: int = Field(3, ge=0)
+    """Times a dead Ray worker is restarted (its prompts re-issued) before the run stops with an error."""
+    learner_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend of a data-parallel learner (``torchrun --nproc_per_node N``); auto: nccl on
+    cuda, gloo on cpu."""
 
 
 class Recipe(Settings):
@@ -203,6 +260,7 @@ class Recipe(Settings):
     """Weight of the entropy bonus (subtracted from the loss)."""
     optim: Optim = Optim()
     train: Loop = Loop()
+    dist: Dist = Dist()
     output_dir: str = "runs"
     """Folder the run folders are created in."""
     plugins: list[str] = []
@@ -228,6 +286,14 @@ class Recipe(Settings):
         check_group_size(self, components)
         for name in self.roles:
             build_role(self, name)
+        if self.train.async_staleness and not getattr(components.get("credit"), "corrects_stale_samples", False):
+            raise ConfigError(f"train.async_staleness={self.train.async_staleness} trains on samples of older "
+                              f"policies: add credit: {{name: rollout_is}} (it recomputes the behaviour log-probs "
+                              f"with the current policy and weights each token by the truncated ratio)")
+        if self.dist.backend == "ray" and components["engine"].roles():
+            raise ConfigError(f"dist.backend: ray runs the engine on rollout workers, which hold the policy only; engine "
+                              f"{components['engine'].registry_name!r} also needs the model roles "
+                              f"{sorted(components['engine'].roles())}: use dist.backend: local")
         for component in components.values():
             component.check_with(components)
         for i, spec in enumerate(self.rewards or []):

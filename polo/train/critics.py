@@ -37,6 +37,10 @@ class Critics:
             stats[f"loss/{name}"] = float(loss.detach())
         return stats
 
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Every critic's parameters (a data-parallel learner sums their gradients over ranks before ``step``)."""
+        return [p for _, _, model, _ in self.members for p in model.parameters()]
+
     def step(self) -> int:
         """One optimizer step per critic; a critic whose gradient is not finite skips it. Returns the skips."""
         skipped = 0

@@ -10,10 +10,13 @@ for bit.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
 import random
 import time
 from dataclasses import fields
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,13 +25,15 @@ import torch
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
-from polo.policy.policy import Policy
+from polo.dist.data_parallel import DataParallel, NoMetrics
+from polo.policy.policy import DTYPES, Policy, resolve_device
 from polo.policy.tiny import build_tiny_policy
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import Example, build_task
 from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardSpec
+from polo.train.async_rollouts import AsyncRollouts
 from polo.train.builtin_callbacks import builtin_callbacks
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
@@ -44,6 +49,7 @@ from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
 from polo.train.reward_probe import probe_rewards
 from polo.train.run_warnings import chat_template_warning, data_warnings
+from polo.train.scale_out import start_rollout_workers
 from polo.train.schedule import lr_multiplier
 from polo.train.stats import advantage_diagnostics, rollout_metrics
 from polo.train.update import LossTerms, Updater, UpdateSettings
@@ -71,8 +77,10 @@ def check_context(policy: Policy, prompts: Sequence[str | Example], max_new: int
 
 
 def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=print) -> Policy:
-    """The recipe's checkpoint, or the warm-started built-in model; ``prompts`` (all a run will use) must fit
-    its context with ``max_new_tokens``, checked before the warm start trains anything."""
+    """The recipe's checkpoint, or the warm-started built-in model, on ``model.device`` in ``model.dtype`` (and
+    with ``train.gradient_checkpointing``); ``prompts`` (all a run will use) must fit its context with
+    ``max_new_tokens``, checked, like the device, before the warm start trains anything."""
+    device = resolve_device(recipe.model.device)
     max_new = max_new_tokens(recipe, task)
     if recipe.model.path is None:
         with torch.random.fork_rng(devices=[]):  # the untrained model only lends its shape: no RNG drawn
@@ -80,7 +88,10 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
         check_context(tiny, prompts, max_new, "model.tiny.max_position_embeddings")
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
-    policy = Policy.load(path, lora=lora, chat_template=recipe.model.chat_template)
+    policy = Policy.load(path, lora=lora, chat_template=recipe.model.chat_template, device=device,
+                         compute_dtype=DTYPES[recipe.model.dtype])
+    if recipe.train.gradient_checkpointing:
+        policy.enable_gradient_checkpointing()
     if recipe.model.chat_template and not policy.chat_template:
         log(chat_template_warning(path))
     if recipe.model.path is not None:
@@ -109,8 +120,12 @@ class Trainer:
         recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
         if rewards is not None:
             recipe = with_rewards(recipe, rewards)
-        self.recipe, self.run_dir, self.log = recipe, Path(run_dir or default_run_dir(recipe)), log
-        self.callbacks = [*builtin_callbacks(recipe), *callbacks]
+        self.data_parallel = DataParallel.from_environment(recipe.dist.learner_backend)
+        main = self.data_parallel.is_main  # only rank 0 logs, runs the callbacks and writes the run folder
+        log = log if main else (lambda message: None)
+        run_dir = self.data_parallel.same(str(run_dir or default_run_dir(recipe)))
+        self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
+        self.callbacks = [*builtin_callbacks(recipe), *callbacks] if main else []
         set_threads(recipe)
         torch.manual_seed(recipe.seed)
         random.seed(recipe.seed)
@@ -123,21 +138,38 @@ class Trainer:
         probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
         for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None):
             log(message)
-        policy = load_policy(recipe, self.task, pool + self.eval_examples, log)
+        policy = self.data_parallel.rank0_first(  # rank 0 builds the warm start, the others then load it
+            partial(load_policy, recipe, self.task, pool + self.eval_examples, log))
+        self.data_parallel.sync_random_state()
+        self.data_parallel.check_device(policy.device)
         self.config_tree = resolved_tree(recipe)  # every setting filled in: config.yaml, each checkpoint, resume check
         self.components = c = build_components(recipe)
         self.engine, self.advantage = c["engine"], c["advantage"]
+        self.data_parallel.check(c, recipe.dist.backend)
         self.plan = plan_inputs(recipe, c)
         self.roles = {name: build_role(recipe, name) for name in self.plan.roles}
         self.models = {name: role.build(policy) for name, role in self.roles.items()}
         for name, role in self.roles.items():
             policy = role.wrap(policy, self.models[name])
         self.policy = policy
+        self.data_parallel.broadcast_weights([policy, *self.models.values()])
         r, o = recipe.rollout, recipe.optim
         self.max_new_tokens = max_new_tokens(recipe, self.task)
         self.reward_context = RewardContext(TrainerState(max_steps=recipe.train.steps))
         self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
                                       r.temperature, r.top_p, r.top_k, self.reward_context, self.models))
+        self.workers = (start_rollout_workers(recipe, self.policy, self.reward_specs, self.max_new_tokens)
+                        if recipe.dist.backend == "ray" else None)
+        if self.workers is not None:  # the learner's own rollouts (before_training, providers) score there too
+            self.engine.settings.scorer = self.workers.scorer
+        self.async_rollouts, self.stopped = None, False
+        if recipe.train.async_staleness:
+            if self.data_parallel.world > 1:
+                raise ConfigError(f"train.async_staleness={recipe.train.async_staleness} with a data-parallel learner "
+                                  f"(WORLD_SIZE={self.data_parallel.world}): the rollout thread's collectives would "
+                                  f"interleave with the update's; use one learner (and Ray rollout workers)")
+            self.async_rollouts = AsyncRollouts(self.policy, recipe.train.async_staleness, self.produce,
+                                                self.inputs_state)
         params = [p for p in self.policy.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
         self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)
@@ -155,15 +187,15 @@ class Trainer:
         t = recipe.train
         settings = UpdateSettings(t.epochs, t.minibatches, t.micro_batch_size, o.grad_clip, r.temperature,
                                   self.max_new_tokens, t.skip_zero_advantage_rows,
-                                  any(comp.whole_groups for comp in c.values()))
+                                  any(comp.whole_groups for comp in c.values()), t.micro_batch_tokens)
         terms = LossTerms(c["policy_loss"], c["aggregation"], c["kl"], recipe.entropy_coef)
         self.updater = Updater(self.policy, self.optimizer, terms, self.critics, settings, self.shuffle_generator,
-                               c.get("optimizer_hook"))
+                               c.get("optimizer_hook"), self.data_parallel)
         self.replay: list = []
         self.nonfinite_skips = 0
         self.step_count = 0
         self.elapsed = 0.0
-        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl")
+        self.metrics = MetricsLog(self.run_dir / "metrics.jsonl") if main else NoMetrics()
 
     # ----------------------------------------------------------------- state
     def state(self) -> tuple[dict, dict]:
@@ -187,6 +219,10 @@ class Trainer:
             "nonfinite_skips": self.nonfinite_skips,
             "config": self.config_tree,
         }
+        in_flight = self.async_rollouts.resume_state() if self.async_rollouts else None
+        if in_flight is not None:  # resume before the batches still being generated: they are regenerated
+            state["stream"], state["sample_generator"] = in_flight["stream"], in_flight["sample_generator"]
+            state["components"]["prompt_sampler"] = in_flight["prompt_sampler"]
         return weights, state
 
     def save(self) -> Path:
@@ -224,17 +260,50 @@ class Trainer:
         self.metrics.truncate_after(self.step_count)
 
     # ----------------------------------------------------------------- one step
-    def generate(self, examples, indices):
-        return self.engine.rollout(self.policy, examples, indices, self.sample_generator)
+    def rollout(self, examples, indices, generator, *, policy=None, **sampling):
+        """Scored rollouts of ``examples``: from the Ray rollout workers (``dist.backend: ray``), or from the
+        engine in this process with ``policy`` (default: the trained one)."""
+        if self.workers is None:
+            return self.engine.rollout(policy or self.policy, examples, indices, generator, **sampling)
+        got, logged = self.workers.rollout(examples, indices, generator, step=self.step_count, **sampling)
+        for name, numbers in logged.items():
+            for number in numbers:
+                self.reward_context.log_metric(name, number)
+        return got
+
+    def generate(self, examples, indices, policy=None):
+        return self.data_parallel.rollout(partial(self.rollout, policy=policy), examples, indices,
+                                          self.sample_generator)
+
+    def produce(self, policy, step: int, version: int):
+        """The prompt sampler's batch for ``step`` (1-based), generated by ``policy`` at ``version`` (completed
+        updates). Asynchronous RL calls it on its own thread with a snapshot of the weights, pushed first where
+        generation runs (vLLM, Ray workers)."""
+        if policy is not self.policy:
+            self.engine.sync(policy, version)
+            if self.workers is not None:
+                self.workers.sync(policy, version)
+        self.reward_context.state.global_step = step - 1  # the rewards' trainer_state
+        return self.components["prompt_sampler"].collect(self.stream, partial(self.generate, policy=policy),
+                                                         self.recipe.rollout.prompts_per_step,
+                                                         self.sample_generator, self.components)
+
+    def inputs_state(self) -> dict[str, Any]:
+        """What producing a batch reads and advances: the prompt stream, the sampling generator, the prompt
+        sampler's state (copies)."""
+        return copy.deepcopy({"stream": self.stream.state_dict(), "sample_generator": self.sample_generator.get_state(),
+                              "prompt_sampler": self.components["prompt_sampler"].state_dict()})
 
     def step(self) -> dict[str, float]:
         r, c = self.recipe, self.components
         timings: dict[str, float] = {}
         t = time.perf_counter()
         self.policy.eval()
-        self.reward_context.state.global_step = self.step_count  # the rewards' trainer_state
-        got, row = c["prompt_sampler"].collect(self.stream, self.generate, r.rollout.prompts_per_step,
-                                               self.sample_generator, c)
+        if self.async_rollouts is None:
+            got, row = self.produce(self.policy, self.step_count + 1, self.step_count)
+        else:
+            (got, row), lag = self.async_rollouts.take(self.policy, self.step_count + 1)
+            row.update(lag)
         self.last_rollouts, batch = got, got.batch
         timings["sample"] = time.perf_counter() - t
 
@@ -258,7 +327,9 @@ class Trainer:
         result = self.advantage(batch, kl_coef=self.kl.reward) if self.advantage.kl_in_reward else self.advantage(batch)
         batch.advantages, batch.returns = result.advantages, result.returns
         if "credit" in c:
-            batch.advantages = batch.advantages * c["credit"](batch)
+            weights = c["credit"](batch)
+            batch.advantages = batch.advantages * weights
+            row.update(c["credit"].diagnostics(batch, weights))
         row.update(rollout_metrics(batch, got.correct))
         row.update(advantage_diagnostics(batch))
         row.update(result.diagnostics)
@@ -286,7 +357,10 @@ class Trainer:
         row.update(self.kl.adapt(row))
         for name, role in self.roles.items():
             role.on_update(self.models[name], self.policy, done)
-        self.engine.sync(self.policy, done)
+        if self.async_rollouts is None:  # asynchronous: each batch's producer pushes its own snapshot
+            self.engine.sync(self.policy, done)
+            if self.workers is not None:
+                self.workers.sync(self.policy, done)
         timings["hooks"] = time.perf_counter() - t
 
         row["optim/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -324,7 +398,10 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out greedy accuracy, then each callback's ``on_evaluate`` metrics."""
         t = time.perf_counter()
-        row = {"eval/greedy_accuracy": self.engine.evaluate(self.policy, self.eval_examples)}
+        with self.async_rollouts.engine_free(self.engine, self.policy, self.step_count) if self.async_rollouts \
+                else contextlib.nullcontext():
+            row = {"eval/greedy_accuracy": self.data_parallel.evaluate(partial(self.engine.evaluate, self.policy),
+                                                                       self.eval_examples)}
         for callback in self.callbacks:
             row.update(callback.on_evaluate(self, row) or {})
         row["time/eval"] = time.perf_counter() - t
@@ -336,14 +413,34 @@ class Trainer:
             callback.on_log(self, row)
 
     def run(self, progress=None) -> list[dict]:
-        """Train to ``train.steps`` (or the time budget), holding the run folder's lock: one writer per folder."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with RunLock(self.run_dir):
-            return self._run(progress)
+        """Train to ``train.steps`` (or the time budget), holding the run folder's lock: one writer per folder
+        (of data-parallel learners, rank 0; the others write nothing and return no rows)."""
+        if self.stopped:
+            raise RuntimeError("this Trainer's rollout workers (Ray, or asynchronous RL's thread) stopped when its run "
+                               "ended: build a new Trainer, or resume the run folder (polo train --resume)")
+        try:
+            if not self.data_parallel.is_main:
+                return self._run(progress)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with RunLock(self.run_dir):
+                return self._run(progress)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the rollout thread of asynchronous RL and the Ray rollout workers (and the local Ray cluster polo
+        started for them)."""
+        if self.async_rollouts is not None:
+            self.async_rollouts.close()
+            self.stopped = True
+        if self.workers is not None:
+            self.workers.close()
+            self.stopped = True
 
     def _run(self, progress=None) -> list[dict]:
-        r = self.recipe
-        save_config(self.config_tree, self.run_dir)
+        r, main = self.recipe, self.data_parallel.is_main
+        if main:
+            save_config(self.config_tree, self.run_dir)
         for callback in self.callbacks:
             callback.on_train_begin(self)
         if self.step_count == 0:
@@ -355,17 +452,18 @@ class Trainer:
             start = time.perf_counter()
             row = self.step()
             self.step_count += 1
-            last = self.step_count == r.train.steps or self.elapsed + time.perf_counter() - start >= budget
+            clock = self.data_parallel.same(time.perf_counter() - start)  # rank 0's: every rank stops alike
+            last = self.step_count == r.train.steps or self.elapsed + clock >= budget
             if self.step_count % r.train.eval_every == 0 or last:
                 row.update(self.evaluate())
-            self.elapsed += time.perf_counter() - start
+            self.elapsed += self.data_parallel.same(time.perf_counter() - start)
             row = {"step": self.step_count, "elapsed_s": self.elapsed, **row}
             for callback in self.callbacks:
                 callback.on_step_end(self, row, self.last_rollouts)
             self.write_row(row)
             if progress is not None:
                 progress(self.step_count, row)
-            if self.step_count % r.train.save_every == 0 or last:
+            if main and (self.step_count % r.train.save_every == 0 or last):
                 path = self.save()
                 plot_run(self.metrics.read(), self.run_dir / "curves.png", title=title)
                 for callback in self.callbacks:
@@ -385,5 +483,5 @@ def resume(run_dir: Path, log=print, overrides: list[str] = ()) -> Trainer:
     if ckpt is None:
         raise CheckpointError(f"{run_dir} has no checkpoint to resume from; start it again instead")
     trainer.restore(ckpt)
-    log(f"resumed {run_dir} at step {trainer.step_count}")
+    trainer.log(f"resumed {run_dir} at step {trainer.step_count}")
     return trainer

@@ -19,6 +19,7 @@ from polo.core.aggregation import Aggregation, StepCounts
 from polo.core.divergences import Divergence
 from polo.core.losses.base import PolicyLoss
 from polo.core.optim_hooks import OptimizerHook
+from polo.dist.data_parallel import DataParallel
 from polo.train.critics import Critics
 
 
@@ -45,6 +46,8 @@ class UpdateSettings:
     skip_zero_advantage_rows: bool = True
     whole_groups: bool = False
     """Cut micro-batches on group boundaries (a component needs whole groups)."""
+    micro_batch_tokens: int | None = None
+    """Most padded tokens per micro-batch (``micro_batches``); None: no token limit."""
 
 
 def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -> list[torch.Tensor]:
@@ -57,23 +60,53 @@ def group_minibatches(group: torch.Tensor, n: int, generator: torch.Generator) -
     return [rows for rows in torch.tensor_split(order, bounds) if len(rows)]
 
 
-def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1,
-                  whole_groups: bool = False) -> list[torch.Tensor]:
+def padded_lengths(batch) -> torch.Tensor:
+    """``[B]`` each row's length in a training forward: its prompt's tokens (the forward trims left padding to
+    the micro-batch's longest prompt) + the batch's response width."""
+    return batch.prompt_mask.sum(1) + batch.response_ids.shape[1]
+
+
+def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1, whole_groups: bool = False,
+                  lengths: torch.Tensor | None = None, max_tokens: int | None = None) -> list[torch.Tensor]:
     """Row indices of consecutive micro-batches of ``size`` rows (None: ``parts`` equal parts). With
     ``whole_groups`` (rows of a group are contiguous) each group goes to the micro-batch where it starts, so
-    no group is split; a micro-batch then holds ``size`` rows when every group has a size dividing it."""
+    no group is split; a micro-batch then holds ``size`` rows when every group has a size dividing it.
+
+    ``max_tokens`` (with ``lengths``, ``padded_lengths``): a micro-batch's padded size, its rows × its longest
+    row, stays within ``max_tokens`` and its rows within ``size``: rows (whole groups with ``whole_groups``) are
+    packed in order, a micro-batch closing when the next would break either limit. A row or group above a
+    limit on its own is a micro-batch of its own (never an error: it cannot be split).
+    """
     n = len(group)
     size = size or max(1, math.ceil(n / parts))
     rows = torch.arange(n)
     if n == 0:
         return []
-    if not whole_groups:
-        return list(rows.split(size))
     starts = torch.ones(n, dtype=torch.bool)
     starts[1:] = group[1:] != group[:-1]
+    if max_tokens is not None:
+        return _packed(rows, starts if whole_groups else torch.ones_like(starts), lengths, size, max_tokens)
+    if not whole_groups:
+        return list(rows.split(size))
     start_row = torch.cummax(torch.where(starts, rows, 0), 0).values  # first row of each row's group
     part = start_row // size
     return [rows[part == k] for k in part.unique()]
+
+
+def _packed(rows: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, size: int,
+            max_tokens: int) -> list[torch.Tensor]:
+    """Greedy in-order packing of units (a unit starts at each ``starts`` row) under ``size`` rows and
+    ``max_tokens`` = rows × longest length."""
+    bounds = [*starts.nonzero().squeeze(1).tolist(), len(rows)]
+    longest_of = lengths.tolist()
+    out, first, longest = [], 0, 0
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        unit = max(longest_of[a:b])
+        if a > first and (b - first > size or (b - first) * max(longest, unit) > max_tokens):
+            out.append(rows[first:a])
+            first, longest = a, 0
+        longest = max(longest, unit)
+    return [*out, rows[first:]]
 
 
 def _flat_grad(params) -> torch.Tensor:
@@ -88,9 +121,13 @@ class Updater:
     for the policy and for each critic alike, and counted in ``optim/skipped_nonfinite``."""
 
     def __init__(self, policy, optimizer: torch.optim.Optimizer, terms: LossTerms, critics: Critics,
-                 settings: UpdateSettings, generator: torch.Generator, gradient_hook: OptimizerHook | None = None):
+                 settings: UpdateSettings, generator: torch.Generator, gradient_hook: OptimizerHook | None = None,
+                 data_parallel: DataParallel | None = None):
+        """``data_parallel``: this rank's share of each minibatch is trained here and the gradients summed
+        over the ranks before clipping (polo.dist.data_parallel); None: one process."""
         self.policy, self.optimizer, self.terms, self.critics = policy, optimizer, terms, critics
         self.settings, self.generator, self.hook = settings, generator, gradient_hook
+        self.data_parallel = data_parallel
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def skips_inert_rows(self, kl_coef: float, policy_frozen: bool) -> bool:
@@ -116,8 +153,10 @@ class Updater:
                     if minibatch.batch_size == 0:
                         for p in self.params:  # the same optimizer step as a backward of zeros
                             p.grad = torch.zeros_like(p)
+                if self.data_parallel is not None:  # this rank's rows; the loss keeps the minibatch's counts
+                    minibatch = self.data_parallel.shard(minibatch, s.whole_groups)
                 parts = micro_batches(minibatch.group, s.micro_batch_size, self.hook.estimates if self.hook else 1,
-                                      s.whole_groups)
+                                      s.whole_groups, padded_lengths(minibatch), s.micro_batch_tokens)
                 estimates, previous = [], None
                 for micro_rows in parts:
                     micro = minibatch if len(parts) == 1 else minibatch.select(micro_rows)
@@ -131,6 +170,8 @@ class Updater:
                     weight_total += w
                     for k, v in stats.items():
                         sums[k] = sums.get(k, 0.0) + w * v
+                if self.data_parallel is not None:
+                    self.data_parallel.all_reduce_grads([*self.params, *self.critics.parameters()])
                 if not policy_frozen:
                     norm = float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip or math.inf))
                     if math.isfinite(norm):
@@ -144,6 +185,8 @@ class Updater:
                 self.optimizer.zero_grad(set_to_none=True)
                 skipped += self.critics.step()
         self.policy.eval()
+        if self.data_parallel is not None:
+            sums, weight_total = self.data_parallel.sum_metrics(sums, weight_total)
         out = {k: v / max(weight_total, 1e-9) for k, v in sums.items()}
         out["optim/skipped_nonfinite"] = skipped
         if grad_norms:

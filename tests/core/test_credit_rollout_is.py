@@ -34,3 +34,19 @@ def test_fully_masked_row_and_needs():
     assert RolloutIS().needs() == {"old_logp", "rollout_logp"}
     with pytest.raises(ConfigError, match="cap"):
         CREDIT.build({"name": "rollout_is", "cap": 0.5})
+
+
+def test_diagnostics_measure_the_gap_between_engine_and_trainer():
+    old = torch.log(torch.tensor([[0.5, 0.25, 0.9]]))
+    b = build_batch([0.0], mask=torch.tensor([[1, 1, 0]]), old_logp=old, advantages=torch.ones(1, 3))
+    b.extras["rollout_logp"] = torch.log(torch.tensor([[0.25, 0.25, 0.1]]))
+    credit = RolloutIS(cap=2.0)
+    row = credit.diagnostics(b, credit(b))
+    # log w = [log 2, 0] on the two unmasked tokens: w = [2, 1]
+    log2 = math.log(2.0)
+    assert (row["credit/min"], row["credit/max"], row["credit/zero_frac"]) == (1.0, 2.0, 0.0)
+    assert row["mismatch/k1"] == pytest.approx(-0.5 * log2, rel=1e-6)
+    assert row["mismatch/k3"] == pytest.approx(0.5 * (1 - log2), rel=1e-6)
+    assert row["mismatch/abs_log_ratio_max"] == pytest.approx(log2, rel=1e-6)
+    assert row["mismatch/ess"] == pytest.approx(9 / 10, rel=1e-6)  # (2 + 1)² / (2 · (4 + 1))
+    assert row["mismatch/prob_diff_mean"] == pytest.approx(0.125, rel=1e-6)

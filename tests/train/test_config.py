@@ -54,6 +54,6 @@ def test_dump_round_trips_with_every_default_filled_in(tmp_path):
     tree = yaml.safe_load(path.read_text())
     assert tree["seed"] == 3 and tree["policy_loss"]["dual_clip"] == 3.0
     assert "dual_clip" in yaml.safe_load(dump_recipe(load_recipe("grpo")))["policy_loss"]  # a default grpo leaves
-    assert tree["engine"] == {"name": "single_turn"} and tree["roles"]["critic"]["lr"] == 0.001
+    assert tree["engine"] == {"name": "single_turn", "vllm": None} and tree["roles"]["critic"]["lr"] == 0.001
     ngrpo = yaml.safe_load(dump_recipe(load_recipe("ngrpo")))
     assert "eps" in ngrpo["advantage"] and ngrpo["prompt_sampler"]["name"] == "dynamic_sampling"

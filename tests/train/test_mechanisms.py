@@ -23,6 +23,7 @@ import operator
 
 import pytest
 
+from conftest import recipe_extras
 from polo.train.config import RECIPES_DIR, load_recipe
 from polo.train.trainer import Trainer
 
@@ -51,6 +52,7 @@ MECHANISMS = {
              "KL(old||new) > delta"),
     "gmpo": (CLIP, (">", 0.005), "token clip (e^-0.4, e^0.4) of the geometric mean, in log space"),  # 0.075
     "grpo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.128
+    "grpo_vllm": (CLIP, (">", 0.005), CLIP_WHY + " (rollouts from vLLM, truncated IS on the mismatch)"),
     "grpo_passk": (CLIP, (">", 0.005), CLIP_WHY + " (only each group's best sample is trained)"),  # 0.100
     "gspo": (CLIP, (">", 0.05), "sequence-level ratio outside its tiny range (3e-4, 4e-4)"),  # 0.449
     "info_ppo": (CLIP, (">", 0.005),  # 0.017
@@ -134,7 +136,7 @@ OPS = {"<": operator.lt, ">": operator.gt}
 def run(name, tiny, tmp_path):
     minibatches = load_recipe(name).train.minibatches
     overrides = [*tiny, "seed=0", "optim.lr=5e-3", f"rollout.prompts_per_step={max(4, minibatches)}",
-                 *EXTRA.get(name, [])]
+                 *EXTRA.get(name, []), *recipe_extras(name)]
     rows = Trainer(load_recipe(name, overrides), tmp_path, log=lambda *_: None).run()
     return [row for row in rows if row["step"] > 0]
 

