@@ -37,15 +37,21 @@ def _progress_bar(total: int, start: int):
 
 def cmd_train(args) -> int:
     from polo.core.registry import ConfigError
-    from polo.train.config import default_run_dir, load_recipe, with_plugins
+    from polo.train.config import default_run_dir, load_recipe, load_run_config, with_plugins
+    from polo.train.ray_learners import train_on_ray
     from polo.train.trainer import Trainer, resume
 
+    on_ray = "WORLD_SIZE" not in os.environ  # under torchrun, torchrun's ranks are the learners
     if args.resume:
         extra = [args.recipe] if args.recipe else []
         if any("=" not in e for e in extra) or args.run_dir:
             raise ConfigError("polo train --resume RUN takes no recipe and no --run-dir: the run's config.yaml is "
                               "its recipe (only train.steps=N and train.max_minutes=M may extend it)")
-        trainer = resume(Path(args.resume), _log, [*extra, *args.overrides])
+        overrides = [*extra, *args.overrides]
+        recipe = load_run_config(Path(args.resume), overrides)
+        if on_ray and recipe.dist.learners > 1:
+            return _report(train_on_ray(recipe, Path(args.resume), resume_overrides=overrides), Path(args.resume))
+        trainer = resume(Path(args.resume), _log, overrides)
     else:
         if not args.recipe:
             raise SystemExit("polo train: give a RECIPE or --resume RUN")
@@ -53,6 +59,9 @@ def cmd_train(args) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(recipe)
         if run_dir.exists() and not run_dir.is_dir():
             raise ConfigError(f"--run-dir {str(run_dir)!r} is a file, not a folder")
+        if on_ray and recipe.dist.learners > 1:
+            _log(f"run folder: {run_dir} ({recipe.dist.learners} data-parallel learners on Ray)")
+            return _report(train_on_ray(recipe, run_dir), run_dir)
         trainer = Trainer(recipe, run_dir, _log)
     if not trainer.data_parallel.is_main:  # a data-parallel learner's other ranks: rank 0 reports
         trainer.run()
@@ -61,9 +70,13 @@ def cmd_train(args) -> int:
     bar, update = _progress_bar(trainer.recipe.train.steps, trainer.step_count)
     with bar:
         rows = trainer.run(update)
+    return _report(rows, trainer.run_dir)
+
+
+def _report(rows: list[dict], run_dir: Path) -> int:
     evals = [r for r in rows if "eval/greedy_accuracy" in r]
     _log(f"held-out greedy accuracy: {evals[0]['eval/greedy_accuracy']:.3f} (step {evals[0]['step']}) -> "
-         f"{evals[-1]['eval/greedy_accuracy']:.3f} (step {evals[-1]['step']}); curves: {trainer.run_dir / 'curves.png'}")
+         f"{evals[-1]['eval/greedy_accuracy']:.3f} (step {evals[-1]['step']}); curves: {run_dir / 'curves.png'}")
     return 0
 
 

@@ -217,6 +217,10 @@ class Dist(Settings):
     """torch CPU threads of each Ray worker."""
     max_restarts: int = Field(3, ge=0)
     """Times a dead Ray worker is restarted (its prompts re-issued) before the run stops with an error."""
+    learners: int = Field(1, gt=0)
+    """Data-parallel learner ranks that ``polo train`` launches as Ray actors (a local cluster unless
+    ``address``), the alternative to ``torchrun --nproc_per_node N``; 1: this process (under torchrun its
+    ``WORLD_SIZE`` decides)."""
     learner_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of a data-parallel learner (``torchrun --nproc_per_node N``); auto: nccl on
     cuda, gloo on cpu."""
@@ -290,6 +294,10 @@ class Recipe(Settings):
             raise ConfigError(f"train.async_staleness={self.train.async_staleness} trains on samples of older "
                               f"policies: add credit: {{name: rollout_is}} (it recomputes the behaviour log-probs "
                               f"with the current policy and weights each token by the truncated ratio)")
+        if self.dist.learners > 1 and self.dist.backend == "ray":
+            raise ConfigError(f"dist.learners={self.dist.learners} data-parallel ranks each generate their share of "
+                              f"the prompts; Ray rollout workers (dist.backend: ray) would start on every rank: "
+                              f"use dist.backend: local")
         if self.dist.backend == "ray" and components["engine"].roles():
             raise ConfigError(f"dist.backend: ray runs the engine on rollout workers, which hold the policy only; engine "
                               f"{components['engine'].registry_name!r} also needs the model roles "

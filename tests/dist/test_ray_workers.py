@@ -7,6 +7,7 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.scale_out  # once per CI run: the torch thread count does not change them
 
 from conftest import THREADS  # noqa: E402
 from polo.core.registry import ConfigError  # noqa: E402

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 pytest.importorskip("vllm")
+pytestmark = pytest.mark.scale_out  # once per CI run: the torch thread count does not change them
 
 from conftest import TINY  # noqa: E402
 from polo.core.batch import RolloutBatch  # noqa: E402
