@@ -127,6 +127,7 @@ class VLLMGenerator:
         vllm = _vllm()
         from vllm.inputs import TokensPrompt
 
+        home = prompt_ids.device  # the output comes back where the prompts came from (like ``sample``'s)
         prompt_ids, prompt_mask = trim_left_padding(prompt_ids.cpu(), prompt_mask.cpu().long())
         B = len(prompt_ids)
         greedy = greedy or temperature == 0
@@ -144,14 +145,13 @@ class VLLMGenerator:
         for b, c in enumerate(completions):  # host-side assembly of vLLM's Python lists
             n = len(c.token_ids)
             ids[b, :n] = torch.tensor(c.token_ids, dtype=torch.long)
-            logp[b, :n] = torch.tensor([next(iter(d.values())).logprob for d in c.logprobs])
+            logp[b, :n] = torch.tensor([d[token].logprob for d, token in zip(c.logprobs, c.token_ids)])
         lengths = torch.tensor([len(c.token_ids) for c in completions])
         mask = (torch.arange(T) < lengths[:, None]).long()
         truncated = torch.tensor([c.finish_reason == "length" for c in completions])
-        device = policy.device
-        out = SampleOutput(ids.to(device), mask.to(device), logp.to(device), truncated.to(device))
+        out = SampleOutput(ids.to(home), mask.to(home), logp.to(home), truncated.to(home))
         if return_entropy or return_hidden:
-            fw = policy.forward_logp(prompt_ids.to(device), prompt_mask.to(device), out.response_ids,
+            fw = policy.forward_logp(prompt_ids.to(home), prompt_mask.to(home), out.response_ids,
                                      out.response_mask, temperature=temperature or 1.0,
                                      return_entropy="metric" if return_entropy else False,
                                      hidden_layer=-1 if return_hidden else None)
