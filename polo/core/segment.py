@@ -12,6 +12,19 @@ def segment_sum(x: Tensor, group: Tensor, num_groups: int | None = None) -> Tens
     return x.new_zeros((num_groups, *x.shape[1:])).index_add(0, group, x)
 
 
+def run_starts(ids: Tensor) -> Tensor:
+    """``[N]`` bool: True where a run of equal consecutive ``ids`` begins (row 0 always)."""
+    starts = torch.ones_like(ids, dtype=torch.bool)
+    starts[1:] = ids[1:] != ids[:-1]
+    return starts
+
+
+def run_start_rows(ids: Tensor) -> Tensor:
+    """``[N]`` the index of the first row of each row's run of equal consecutive ``ids``."""
+    rows = torch.arange(len(ids), device=ids.device)
+    return torch.cummax(torch.where(run_starts(ids), rows, 0), 0).values
+
+
 def group_stats(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample mean, unbiased std and size of the sample's group, each ``[B]``.
 

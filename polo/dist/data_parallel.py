@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
+from polo.core.segment import run_start_rows
 from polo.rollout.engine import Rollouts
 
 LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
@@ -211,11 +212,7 @@ class DataParallel:
         contiguous) each group goes to the rank where its first row falls, so no group is split."""
         n = len(group)
         rows = torch.arange(n)
-        key = rows
-        if whole_groups and n:
-            starts = torch.ones(n, dtype=torch.bool)
-            starts[1:] = group[1:] != group[:-1]
-            key = torch.cummax(torch.where(starts, rows, 0), 0).values  # first row of each row's group
+        key = run_start_rows(group) if whole_groups and n else rows
         return rows[key * self.world // max(n, 1) == self.rank]
 
     def shard(self, batch: RolloutBatch, whole_groups: bool) -> RolloutBatch:

@@ -54,17 +54,31 @@ class RewardWorkers:
     """``n`` named reward actors on the running Ray cluster, used as a ``score_batch`` replacement."""
 
     def __init__(self, spec: RewardWorkerSpec, n: int, max_restarts: int = 3):
-        self.spec, self.n, self.max_restarts = spec, n, max_restarts
+        self.spec, self.n = spec, n
         self.prefix = f"polo_reward_{uuid.uuid4().hex[:12]}"
+        self.restarts = Restarts(max_restarts, "reward worker")
+        self.handles: dict[int, Any] = {}
         for i in range(n):
             self._actor(i)
 
+    def __getstate__(self) -> dict:
+        """What travels to a rollout worker: no actor handles (it looks the actors up by name) and a fresh
+        restart budget."""
+        return {**self.__dict__, "handles": {}, "restarts": Restarts(self.restarts.limit, self.restarts.what)}
+
     def _actor(self, i: int):
-        """Actor i: the running one, or a new one under its name (the first call, or after it died)."""
-        if self.spec.threads not in _ACTOR_CLASSES:
-            _ACTOR_CLASSES[self.spec.threads] = ray_module().remote(num_cpus=self.spec.threads)(RewardWorker)
-        actor_class = _ACTOR_CLASSES[self.spec.threads]
-        return actor_class.options(name=f"{self.prefix}_{i}", get_if_exists=True).remote(self.spec)
+        """Actor i: its cached handle, else the running actor of that name or a new one under it."""
+        if i not in self.handles:
+            if self.spec.threads not in _ACTOR_CLASSES:
+                _ACTOR_CLASSES[self.spec.threads] = ray_module().remote(num_cpus=self.spec.threads)(RewardWorker)
+            self.handles[i] = _ACTOR_CLASSES[self.spec.threads].options(
+                name=f"{self.prefix}_{i}", get_if_exists=True).remote(self.spec)
+        return self.handles[i]
+
+    def _forget(self, i: int) -> None:
+        """Drop actor i's dead handle; killing it releases its name at once, so the next ``_actor(i)`` creates a
+        new one instead of finding the dead one (Ray keeps a dead actor's name until told or until later)."""
+        ray_module().kill(self.handles.pop(i))
 
     def __call__(self, task, specs, examples, completions, completion_ids=None, context=None) -> Scores:
         parts = shares(len(examples), self.n)
@@ -76,12 +90,10 @@ class RewardWorkers:
             return self._actor(i).score.remote(specs, [examples[j] for j in rows], [completions[j] for j in rows],
                                                ids, step)
 
-        scored = Restarts(self.max_restarts, "reward worker").gather(submit, len(parts), lambda i: None)
+        scored = self.restarts.gather(submit, len(parts), self._forget)
         if context is not None:
             for _, logged in scored:
-                for name, values in logged.items():
-                    for value in values:
-                        context.log_metric(name, value)
+                context.log_all(logged)
         first = scored[0][0]
         return Scores(torch.cat([s.values for s, _ in scored]), torch.cat([s.present for s, _ in scored]),
                       first.names, first.weights)

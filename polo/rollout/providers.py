@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from polo.core.registry import Registry
+from polo.core.segment import run_starts
 from polo.rollout.engine import Engine, Rollouts
 from polo.tasks.base import Task
 
@@ -138,8 +139,7 @@ def privileged_values(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Ten
 def greedy_reward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """Scalar reward of one greedy completion per group, broadcast to the group's rows (ReMax's baseline)."""
     batch = rollouts.batch
-    first = torch.ones_like(batch.group, dtype=torch.bool)
-    first[1:] = batch.group[1:] != batch.group[:-1]
+    first = run_starts(batch.group)
     rows = first.nonzero().squeeze(-1).tolist()
     greedy = ctx.engine.rollout(ctx.policy, [rollouts.examples[i] for i in rows],
                                 batch.extras["prompt_index"][rows].tolist(), ctx.generator,

@@ -43,6 +43,12 @@ class RewardContext:
         except (TypeError, ValueError):
             raise ValueError(f"log_metric({name!r}, ...): expected a number, got {value!r:.100}") from None
 
+    def log_all(self, logged: dict[str, list[float]]) -> None:
+        """Record every value of ``logged`` (another context's ``logged``: a Ray worker's rewards)."""
+        for name, values in logged.items():
+            for value in values:
+                self.log_metric(name, value)
+
     def take_metrics(self) -> dict[str, float]:
         """``{"log_metric/<name>": mean}`` of the values logged since the last call, then forgotten."""
         row = {f"log_metric/{name}": sum(values) / len(values) for name, values in self.logged.items()}

@@ -65,4 +65,3 @@ def advantage_diagnostics(batch: RolloutBatch) -> dict[str, float]:
         "frac_zero_adv_groups": float((abs_sum == 0).float().mean()),
         "advantage/sign_flip_vs_loo": float(flips.sum() / ref.sum().clamp_min(1)),
     }
-

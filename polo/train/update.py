@@ -19,6 +19,7 @@ from polo.core.aggregation import Aggregation, StepCounts
 from polo.core.divergences import Divergence
 from polo.core.losses.base import PolicyLoss
 from polo.core.optim_hooks import OptimizerHook
+from polo.core.segment import run_start_rows, run_starts
 from polo.dist.data_parallel import DataParallel
 from polo.train.critics import Critics
 
@@ -82,14 +83,12 @@ def micro_batches(group: torch.Tensor, size: int | None, parts: int = 1, whole_g
     rows = torch.arange(n)
     if n == 0:
         return []
-    starts = torch.ones(n, dtype=torch.bool)
-    starts[1:] = group[1:] != group[:-1]
     if max_tokens is not None:
-        return _packed(rows, starts if whole_groups else torch.ones_like(starts), lengths, size, max_tokens)
+        starts = run_starts(group) if whole_groups else torch.ones(n, dtype=torch.bool)
+        return _packed(rows, starts, lengths, size, max_tokens)
     if not whole_groups:
         return list(rows.split(size))
-    start_row = torch.cummax(torch.where(starts, rows, 0), 0).values  # first row of each row's group
-    part = start_row // size
+    part = run_start_rows(group) // size  # a group goes where its first row falls
     return [rows[part == k] for k in part.unique()]
 
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from polo.core.segment import group_stats, masked_mean, masked_whiten, segment_sum
+from polo.core.segment import group_stats, masked_mean, masked_whiten, run_start_rows, run_starts, segment_sum
 
 from .helpers import close
 
@@ -63,3 +63,10 @@ def test_masked_whiten_variance_floor_replaces_the_added_eps():
 def test_masked_whiten_needs_two_entries(mask):
     with pytest.raises(ValueError):
         masked_whiten(torch.ones(1, 3), torch.tensor(mask))
+
+
+def test_runs_of_equal_consecutive_ids():
+    ids = torch.tensor([3, 3, 0, 0, 0, 3, 7])  # a later run of 3 is a new run
+    assert run_starts(ids).tolist() == [True, False, True, False, False, True, True]
+    assert run_start_rows(ids).tolist() == [0, 0, 2, 2, 2, 5, 6]
+    assert run_start_rows(torch.tensor([], dtype=torch.long)).tolist() == []

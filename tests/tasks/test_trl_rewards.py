@@ -216,3 +216,10 @@ def test_a_broken_reward_fails_before_the_warm_start(tiny, tmp_path, capsys, mon
     assert lines[0].startswith("error: reward 'test_probe_broken' (needs_column) raised TypeError") and \
         "ground_truth" in lines[0]
     assert not (cache / "warm_start").exists()  # nothing was trained
+
+
+def test_values_logged_elsewhere_join_a_context_and_average_with_its_own():
+    context = RewardContext()
+    context.log_metric("mean_chars", 1.0)
+    context.log_all({"mean_chars": [2.0, 6.0], "other": [4.0]})  # e.g. two Ray workers' shares
+    assert context.take_metrics() == {"log_metric/mean_chars": 3.0, "log_metric/other": 4.0}
