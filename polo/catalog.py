@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
-                                SHAPING)
+                                REGULARIZERS, SHAPING)
 from polo.policy.roles import ROLES
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
@@ -18,11 +18,11 @@ from polo.train.config import RECIPES_DIR
 from polo.train.yaml_files import read_yaml_mapping
 
 STAGE_KEYS = ("engine", "prompt_sampler", "shaping", "advantage", "credit", "policy_loss", "aggregation",
-              "optimizer_hook")
+              "regularizers", "optimizer_hook")
 PROVENANCE_ORDER = ("CODE", "PAPER", "SECONDARY", "RECONSTRUCTED")
 REGISTRIES = {"engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "shaping": SHAPING, "advantage": ADVANTAGES,
               "credit": CREDIT, "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS,
-              "optimizer_hook": OPTIMIZER_HOOKS}
+              "regularizers": REGULARIZERS, "optimizer_hook": OPTIMIZER_HOOKS}
 ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES)
 DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if registry.default}
 

@@ -1,4 +1,4 @@
-"""Command line: ``polo train | sft | eval | export | arena | list | config``."""
+"""Command line: ``polo train | sft | pairs | eval | rm | rm-eval | export | arena | list | config``."""
 from __future__ import annotations
 
 import argparse
@@ -98,6 +98,33 @@ def cmd_sft(args) -> int:
     return 0
 
 
+def cmd_pairs(args) -> int:
+    import torch
+
+    from polo.core.registry import ConfigError
+    from polo.rollout.pair_builder import build_pairs
+    from polo.tasks import build_task
+    from polo.train.config import load_recipe
+    from polo.train.files import write_text_atomic
+    from polo.train.trainer import load_policy, max_new_tokens, set_threads
+
+    if args.prompts < 1 or args.samples < 2:
+        raise ConfigError(f"--prompts must be at least 1 and --samples at least 2, got {args.prompts} and "
+                          f"{args.samples}")
+    recipe = load_recipe({"task": {"name": args.task}}, args.overrides)
+    set_threads(recipe)
+    task = build_task(recipe.task)
+    examples = task.examples("train", args.prompts, seed=recipe.seed)
+    policy = load_policy(recipe, task, examples, _log)
+    rows = build_pairs(policy, task, examples, args.samples, max_new_tokens(recipe, task),
+                       torch.Generator().manual_seed(recipe.seed), recipe.rollout.temperature)
+    write_text_atomic(Path(args.out), "".join(json.dumps(row) + "\n" for row in rows))
+    _log(f"{len(rows)} pairs (a verified-correct and an incorrect completion) from {len(examples)} prompts x "
+         f"{args.samples} samples -> {args.out}; train on them with: polo train dpo task.path={args.out} "
+         f"task.verifier={args.task}")
+    return 0
+
+
 def _plugin_hint(run: Path, err: Exception, plugins: list[str]) -> str:
     """For an unknown name in a run that recorded no plugin files: the hint that it probably needs one."""
     from polo.train.yaml_files import read_yaml_mapping
@@ -160,6 +187,42 @@ def _show_completions(policy, task, examples, max_new: int) -> None:
     rows = [{"prompt": e.prompt, "greedy completion": text, "answer": e.answer, "correct": task.is_correct(text, e)}
             for e, text in zip(examples, completions(policy, examples, max_new))]
     console.print(escape(render_table(rows, f"{len(rows)} test problems")), highlight=False)
+
+
+def cmd_rm(args) -> int:
+    from polo.train.reward_model import load_settings, train_reward_model
+
+    flags = {k: v for k, v in (("model", args.model), ("epochs", args.epochs)) if v is not None}
+    result = train_reward_model(args.pairs, args.out, load_settings(args.overrides, **flags), args.eval_pairs, _log)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _downstream(specs: list[str]) -> dict[str, list[float]]:
+    """``--downstream NAME=V1,V2,...`` flags as ``{NAME: [V1, V2, ...]}``."""
+    from polo.core.registry import ConfigError
+
+    out = {}
+    for spec in specs:
+        name, _, values = spec.partition("=")
+        try:
+            out[name] = [float(v) for v in values.split(",")]
+        except ValueError:
+            raise ConfigError(f"--downstream {spec!r}: expected NAME=V1,V2,... with one number per --rm") from None
+    return out
+
+
+def cmd_rm_eval(args) -> int:
+    from polo.arena.pair_eval import RUBRIC_TEMPLATE, evaluate_reward_models
+
+    result = evaluate_reward_models(args.pairs, args.rm, ties={"strict": 0.0, "half": 0.5}[args.ties],
+                                    template=args.template or RUBRIC_TEMPLATE, downstream=_downstream(args.downstream),
+                                    resamples=args.resamples, seed=args.seed, batch_size=args.batch_size,
+                                    device=args.device, log=_log)
+    for name, corr in (result["downstream"] or {}).items():
+        _log(f"downstream {name}: Pearson {corr['pearson']:.4f}, Spearman {corr['spearman']:.4f}")
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def cmd_export(args) -> int:
@@ -233,12 +296,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*")
     p.set_defaults(func=cmd_sft)
 
+    p = sub.add_parser("pairs", help="preference pairs from the task's verifier: a correct and an incorrect sample "
+                                     "per prompt, as JSONL for task preference_pairs")
+    p.add_argument("task", help="task name (e.g. addition); its knobs as overrides (task.digits=3)")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides (model.path=FOLDER samples from a checkpoint "
+                                                "instead of the warm-started built-in model)")
+    p.add_argument("--out", required=True, help="JSONL file to write")
+    p.add_argument("--prompts", type=int, default=500, help="training-split prompts to sample (default 500)")
+    p.add_argument("--samples", type=int, default=8, help="completions sampled per prompt (default 8)")
+    p.set_defaults(func=cmd_pairs)
+
     p = sub.add_parser("eval", help="greedy and sampled accuracy of a run's last checkpoint")
     p.add_argument("run")
     p.add_argument("--size", type=int, help="number of test problems")
     p.add_argument("--show", type=int, default=0, metavar="N",
                    help="also print N test problems with prompt, greedy completion, answer and correctness")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("rm", help="train a Bradley-Terry reward model on preference pairs (a Hugging Face "
+                                  "sequence-classification folder)",
+                       epilog="Settings as key=value: see polo.train.reward_model.RewardModelSettings and "
+                              "docs/preference.md (e.g. lr=1e-5 batch_size=16 margin=1 tiny.hidden_size=64).")
+    p.add_argument("pairs", help="JSONL file of {prompt, chosen, rejected[, chosen_score, rejected_score]}")
+    p.add_argument("overrides", nargs="*", help="key=value settings")
+    p.add_argument("--out", required=True, help="output folder (new, empty or a previous reward model)")
+    p.add_argument("--model", help="local causal LM or reward model folder to start from (default: the built-in "
+                                   "tiny architecture, freshly initialised)")
+    p.add_argument("--epochs", type=int, help="passes over the training pairs (default 1)")
+    p.add_argument("--eval-pairs", metavar="FILE", help="held-out pairs (default: eval_fraction of PAIRS by prompt hash)")
+    p.set_defaults(func=cmd_rm)
+
+    p = sub.add_parser("rm-eval", help="pairwise accuracy of reward models on preference pairs (Personalized "
+                                       "RewardBench conventions: CI, per domain, no-rubric control)")
+    p.add_argument("pairs", help="JSONL file of {prompt, chosen, rejected[, user_rubric, domain, id]}")
+    p.add_argument("--rm", action="append", required=True, metavar="DIR",
+                   help="reward model folder (repeat to compare several)")
+    p.add_argument("--ties", choices=("strict", "half"), default="strict",
+                   help="a tie counts 0 (strict, default) or 0.5 (half)")
+    p.add_argument("--template", help="how the rubric is put ahead of the prompt, with {rubric} and {prompt} "
+                                      "(default: polo.arena.pair_eval.RUBRIC_TEMPLATE)")
+    p.add_argument("--downstream", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="a downstream score per --rm (in order): Pearson and Spearman with the accuracies")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of the 95%% interval")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    p.add_argument("--batch-size", type=int, default=64, help="texts per forward")
+    p.add_argument("--device", default="cpu", help="torch device of the reward models")
+    p.set_defaults(func=cmd_rm_eval)
 
     p = sub.add_parser("export", help="write a run's checkpoint as a Hugging Face save_pretrained folder")
     p.add_argument("run")

@@ -20,15 +20,15 @@ from pydantic_core import to_jsonable_python
 
 from polo.catalog import _summary
 from polo.config_equivalents import EQUIVALENTS
-from polo.core.registry import DIVERGENCES, SHAPING, Registry
+from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry
 from polo.core.suggest import section_model
 from polo.envs import ENVIRONMENTS
 from polo.policy.roles import ROLES
 from polo.tasks.registry import TASKS
 from polo.train.config import STAGES, Recipe, flatten_tree, resolved_tree
 
-COMPONENTS: dict[str, Registry] = {"task": TASKS, **STAGES, "shaping": SHAPING, "kl.name": DIVERGENCES,
-                                   "roles": ROLES}
+COMPONENTS: dict[str, Registry] = {"task": TASKS, **STAGES, "shaping": SHAPING, "regularizers": REGULARIZERS,
+                                   "kl.name": DIVERGENCES, "roles": ROLES}
 """Recipe keys whose value names registered components (``roles`` maps role names to their settings)."""
 REQUIRED = "(required)"
 BOUNDS = {annotated_types.Gt: (">", "gt"), annotated_types.Ge: ("≥", "ge"), annotated_types.Lt: ("<", "lt"),
@@ -90,8 +90,9 @@ def show(value: Any) -> str:
     """A value as it is written in a recipe or an override (YAML flow style)."""
     if value == REQUIRED:
         return value
-    return yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True).removesuffix(
-        "\n...\n").strip()
+    escaped = '"' if isinstance(value, str) and not value.isprintable() else None  # "\n" on one line, not a block
+    return yaml.safe_dump(value, default_flow_style=True, default_style=escaped, width=10**9,
+                          allow_unicode=True).removesuffix("\n...\n").strip()
 
 
 def resolved_keys(recipe: Recipe) -> list[tuple[Key, Any]]:

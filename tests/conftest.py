@@ -1,5 +1,6 @@
 import math
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,11 +37,37 @@ VLLM_RECIPES = {"grpo_vllm": ["model.tiny.num_heads=1"]}
 32 and more (TINY's hidden 32 over 2 heads is 16)."""
 
 
+TEACHER_RECIPES = {name: ["roles.teacher.warm_start={steps: 60, target_accuracy: null}"] for name in ("gkd", "kepo")}
+"""Recipes whose teacher is the built-in model trained longer (up to 4000 warm-start steps, minutes): under TINY a
+60-step teacher (the student's warm start has 40)."""
+
+
+LABELLED = Path(__file__).parent / "train" / "data" / "labelled_addition.jsonl"
+"""Addition problems 0..9 + 0..9 with the ``label`` column VULPO reads (``vul`` for an odd sum, else ``safe``)."""
+VULPO_TOY = [
+    f"task={{name: jsonl, path: {LABELLED}}}",
+    "roles.judge={backend: causal, criteria: [{name: verdict, template: '{prompt}{response} right?'}, "
+    "{name: localisation, template: '{prompt}{response} where?'}, "
+    "{name: semantic, template: '{prompt}{response} why?'}]}",
+    "rewards=[{name: correct}]", "advantage.verdict_reward=correct", "advantage.format_reward=null",
+    "warm_start.steps=150", "rollout.prompts_per_step=8",
+]
+"""vulpo on the built-in model: the labelled task, a three-criterion causal judge (the frozen warm-started policy)
+in place of the HTTP one, the verdict from the task's verifier (the tiny judge says " No" to everything, so
+every group would be degenerate), no format reward (the tiny model never writes <think> blocks) and 150
+warm-start steps and 8 prompts a step, so that some groups hold right and wrong answers (after 40 steps ~none
+is right)."""
+
+
+TOY_RECIPES = {"vulpo": VULPO_TOY}
+"""Recipes whose shipped settings need an outside service (vulpo: an HTTP judge) and their stand-ins under TINY."""
+
+
 def recipe_extras(name: str) -> list[str]:
     """Overrides recipe ``name`` needs on top of TINY (a vLLM recipe skips where vllm is not installed)."""
     if name in VLLM_RECIPES:
         pytest.importorskip("vllm")
-    return VLLM_RECIPES.get(name, [])
+    return VLLM_RECIPES.get(name, []) + TEACHER_RECIPES.get(name, []) + TOY_RECIPES.get(name, [])
 
 
 @pytest.fixture(scope="session", autouse=True)

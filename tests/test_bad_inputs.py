@@ -17,7 +17,7 @@ RECIPE = {
     "component without name": ("advantage: {eps: 1}\n", "expected a mapping with a 'name' key"),
     "bad component field": ("policy_loss: {name: ppo_clip, clip: 0.2}\n", "policy_loss.clip"),
     "unknown engine": ("engine: {name: warp}\n", "unknown engine 'warp'"),
-    "unknown role": ("roles: {teacher: {}}\n", "unknown role 'teacher'"),
+    "unknown role": ("roles: {oracle: {}}\n", "unknown role 'oracle'"),
     "role settings not a mapping": ("roles: {critic: 3}\n", "roles.critic"),
     "duplicate key": ("name: x\nseed: 1\nseed: 2\n", "line 3, column 1: duplicate key 'seed' (first given on line 2)"),
     "duplicate nested key": ("optim:\n  lr: 0.1\n  lr: 0.2\n", "duplicate key 'lr'"),

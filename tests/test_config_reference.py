@@ -6,7 +6,7 @@ import pytest
 
 from polo.cli import main
 from polo.config_equivalents import EQUIVALENTS
-from polo.config_reference import COMPONENTS, keys, reference_markdown, resolved_keys, type_name
+from polo.config_reference import COMPONENTS, keys, reference_markdown, resolved_keys, show, type_name
 from polo.train.config import RECIPES_DIR, Optim, Recipe, load_recipe
 
 
@@ -36,6 +36,12 @@ def test_polo_config_prints_values_descriptions_and_defaults(capsys):
     assert lines["train.minibatches"].startswith("train.minibatches = 4 ")  # the recipe's value, not the default
     assert lines["advantage.name"].startswith("advantage.name = grpo ") and "std_g R" in lines["advantage.name"]
     assert "policy_loss.dual_clip" in lines and "task.digits" in lines
+
+
+def test_a_value_with_a_control_character_stays_on_one_line():
+    assert show("\n") == '"\\n"' and show(" | ") == "' | '" and show(0.5) == "0.5"
+    tab = show("\t")
+    assert load_recipe("vpo", [f"advantage.separator={tab}"]).advantage["separator"] == "\t"  # round trip
 
 
 def test_polo_config_without_a_recipe_shows_the_defaults(capsys):

@@ -1,5 +1,5 @@
-"""Statistics over seeds: bootstrap confidence intervals, a bootstrap test of a difference of means, and
-a ranking that groups entries which the test cannot tell apart.
+"""Statistics over seeds: bootstrap confidence intervals, a bootstrap test of a difference of means, a
+ranking that groups entries which the test cannot tell apart, and Pearson / Spearman correlations.
 
 Everything resamples with a fixed-seed generator, so a report is reproducible to the last digit.
 """
@@ -92,3 +92,27 @@ def tiers(means: dict[str, float], distinguishable: Callable[[str, str], bool]) 
             leader, tier = label, tier + 1
         out[label] = tier
     return out
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson correlation ``Σ(x−x̄)(y−ȳ) / √(Σ(x−x̄)² · Σ(y−ȳ)²)``; NaN when either side is constant."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"correlation needs two equally long sequences of at least 2 values, got {len(x)} and {len(y)}")
+    dx, dy = x - x.mean(), y - y.mean()
+    denominator = math.sqrt(float((dx * dx).sum() * (dy * dy).sum()))
+    return float((dx * dy).sum()) / denominator if denominator > 0 else math.nan
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """Ranks from 1 (smallest) with tied values sharing the mean of the ranks they span."""
+    _, inverse, counts = np.unique(np.asarray(values, dtype=float), return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)
+    return ((last - counts + 1 + last) / 2)[inverse]
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation: ``pearson`` of the ``average_ranks`` (ties averaged)."""
+    if len(x) != len(y):
+        raise ValueError(f"correlation needs two equally long sequences, got {len(x)} and {len(y)}")
+    return pearson(average_ranks(x), average_ranks(y))

@@ -99,6 +99,17 @@ class RolloutBatch:
         """Weighted sum of the reward components, ``[B]``: Σ_k w_k R_k."""
         return self.rewards @ self.reward_weights.to(self.rewards)
 
+    def reward_column(self, name: str) -> Tensor:
+        """Reward component ``name`` unweighted, ``[B]``, NaN on the rows it did not score (False in
+        ``extras["reward_present"]``); a ValueError naming the batch's components when there is none."""
+        if name not in self.reward_names:
+            raise ValueError(f"no reward component {name!r} in this batch; its components: "
+                             f"{', '.join(self.reward_names)} (add it to the recipe's rewards)")
+        k = self.reward_names.index(name)
+        column = self.rewards[:, k]
+        present = self.extras.get("reward_present")
+        return column if present is None else torch.where(present[:, k].bool(), column, torch.nan)
+
     def select(self, index: Tensor) -> "RolloutBatch":
         """Rows ``index`` of every per-sample tensor (``index`` is a bool mask or long indices)."""
         B = self.batch_size

@@ -161,9 +161,12 @@ class Registry(Generic[C]):
 
 
 ADVANTAGES: Registry = Registry("advantage", ("polo.core.advantages",), default="grpo")
-POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses",), default="ppo_clip")
+POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses", "polo.core.losses.preference",
+                                                   "polo.core.losses.oppo"),
+                                   default="ppo_clip")
 DIVERGENCES: Registry = Registry("divergence", ("polo.core.divergences",), default="k3")
 AGGREGATIONS: Registry = Registry("aggregation", ("polo.core.aggregation",), default="token_mean")
-SHAPING: Registry = Registry("shaping", ("polo.core.shaping",))
+SHAPING: Registry = Registry("shaping", ("polo.core.shaping", "polo.core.shaping.judge"))
 CREDIT: Registry = Registry("credit", ("polo.core.credit",))
 OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook", ("polo.core.optim_hooks",))
+REGULARIZERS: Registry = Registry("regularizer", ("polo.core.regularizers",))

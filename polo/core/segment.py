@@ -25,6 +25,16 @@ def run_start_rows(ids: Tensor) -> Tensor:
     return torch.cummax(torch.where(run_starts(ids), rows, 0), 0).values
 
 
+def equal_groups(group: Tensor) -> Tensor:
+    """``[n, G]``: the row indices of each of the n groups (ids in any order, rows in batch order), for
+    per-group math on dense ``[n, G, ...]`` blocks: ``x[idx]`` gathers, ``out[idx] = y`` scatters back.
+    ValueError unless every group has the same size G."""
+    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    if len(counts) and bool((counts != counts[0]).any()):
+        raise ValueError(f"expected groups of equal size, got sizes {sorted(set(counts.tolist()))}")
+    return torch.sort(inv, stable=True).indices.view(len(counts), len(group) // max(len(counts), 1))
+
+
 def group_stats(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Per-sample mean, unbiased std and size of the sample's group, each ``[B]``.
 
@@ -39,6 +49,14 @@ def group_stats(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     mean = torch.where(single, 0.0, mean)
     std = torch.where(single, 1.0, var.sqrt())
     return mean[inv], std[inv], count[inv]
+
+
+def group_stats_where(x: Tensor, group: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``group_stats`` over the rows where ``valid`` (bool ``[B]``) only, e.g. leaving out unscored samples;
+    a row outside ``valid`` gets mean 0, std 1 and count 0."""
+    mean, std, count = group_stats(x[valid], group[valid])
+    return (torch.zeros_like(x).masked_scatter(valid, mean), torch.ones_like(x).masked_scatter(valid, std),
+            torch.zeros_like(x).masked_scatter(valid, count))
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

@@ -202,8 +202,8 @@ class Policy(nn.Module):
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(restrict(logits) / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
-        log-softmax) and ``hidden`` ``[B, Tp + T, d]`` (``hidden_states[hidden_layer]``, 0 = embeddings); all
-        float32, on the inputs' device."""
+        log-softmax) and ``hidden_states`` ``[B, Tp + T, d]`` (the model's ``hidden_states[hidden_layer]``, 0 =
+        embeddings); all float32, on the inputs' device."""
         home, T = response_ids.device, response_ids.shape[1]
         prompt_ids, prompt_mask, response_ids, response_mask = (
             x.to(self.device) for x in (prompt_ids, prompt_mask, response_ids, response_mask))
@@ -226,7 +226,7 @@ class Policy(nn.Module):
         if return_full:
             result["logprobs_full"] = logits.log_softmax(-1).masked_fill(masked[..., None], 0.0)
         if hidden_layer is not None:
-            result["hidden"] = out.hidden_states[hidden_layer].float()
+            result["hidden_states"] = out.hidden_states[hidden_layer].float()
         return {name: value.to(home) for name, value in result.items()}
 
     forward = forward_logp

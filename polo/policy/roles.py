@@ -5,28 +5,54 @@ or, for a role that wraps the policy, when the recipe configures it.
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from torch import Tensor, nn
 
+from polo.core.aggregation import Aggregation, StepCounts
+from polo.core.batch import RolloutBatch
+from polo.core.losses.value import clipped_value_loss
 from polo.core.registry import Component, Registry
 from polo.policy.action_mask import ActionMaskedPolicy
 from polo.policy.policy import Policy, ValueModel
 from polo.policy.reference import frozen_copy
 
-ROLES: Registry = Registry("role", ("polo.policy.roles",))
+ROLES: Registry = Registry("role", ("polo.policy.roles", "polo.policy.history", "polo.policy.judges",
+                                    "polo.policy.implicit_prm", "polo.policy.teacher"))
+
+
+@dataclass
+class RoleResources:
+    """What the run lends a role before it is built (``Role.bind``)."""
+
+    warm_start: Callable[[dict[str, Any], int | None], Path] | None = None
+    """``warm_start(overrides, seed)``: the folder of the built-in model warm-started on the run's task with the
+    recipe's ``warm_start`` settings changed by ``overrides`` and its seed by ``seed`` (None: the run's), cached like
+    the run's own warm start."""
+    temperature: float = 1.0
+    """The rollout temperature: the log-probs of the batch (``old_logp``, ``ref_logp``) are taken at it, so a
+    role comparing its own log-probs with them takes its own at it too."""
 
 
 class Role(Component):
     """Builds one model from the policy (or a folder, an endpoint); checkpointed with the run."""
 
+    _resources: RoleResources = PrivateAttr(default_factory=RoleResources)
+
     trainable: ClassVar[bool] = False
-    """True for roles trained beside the policy (critics): they have an optimizer and a ``loss``."""
+    """True for roles trained beside the policy (critics, the implicit PRM): they have ``lr`` (their own AdamW),
+    ``warmup_steps`` (steps during which only they learn) and a ``loss``."""
     wraps_policy: ClassVar[bool] = False
     """True for roles that change the policy itself (``wrap``); they are built when the recipe configures them."""
     checkpointed: ClassVar[bool] = True
     """False for a model that is rebuilt identically when a run resumes (a frozen copy of the initial policy)."""
+
+    def bind(self, resources: RoleResources) -> None:
+        """Receive the run's resources before ``build``."""
+        self._resources = resources
 
     def build(self, policy: Policy) -> nn.Module:
         raise NotImplementedError
@@ -36,6 +62,13 @@ class Role(Component):
 
     def on_update(self, model: nn.Module, policy: Policy, step: int) -> None:
         """After the policy update of step ``step`` (completed steps)."""
+
+    def loss(self, model: nn.Module, micro: RolloutBatch, counts: StepCounts,
+             aggregation: Aggregation) -> tuple[Tensor, dict[str, float]]:
+        """A trainable role's loss on one micro-batch of a minibatch (``counts``: the minibatch's totals, so that
+        the micro-batch losses add up to the minibatch's, as the policy's do) and its diagnostics, which the
+        trainer logs as ``NAME/KEY``; the trainer backpropagates it into ``model`` and steps its optimizer."""
+        raise NotImplementedError(f"role {self.registry_name!r} is trainable but defines no loss")
 
 
 @ROLES.register("reference")
@@ -69,6 +102,14 @@ class Critic(Role):
     def prompts(self, batch) -> tuple[Tensor, Tensor]:
         """The prompt this critic reads before the response."""
         return batch.prompt_ids, batch.prompt_mask
+
+    def loss(self, model: nn.Module, micro: RolloutBatch, counts: StepCounts,
+             aggregation: Aggregation) -> tuple[Tensor, dict[str, float]]:
+        """The clipped value loss against ``micro.returns`` (V_old: the batch input ``value_input``), aggregated
+        like the policy loss."""
+        predicted = model(*self.prompts(micro), micro.response_ids, micro.response_mask)
+        token_loss = clipped_value_loss(predicted, micro.input(self.value_input), micro.returns, self.value_clip)
+        return aggregation(token_loss, micro.mask, counts), {}
 
 
 @ROLES.register("privileged_critic")

@@ -25,8 +25,8 @@ from polo.tasks.base import Example, Task
 from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
-ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn"),
-                            default="single_turn")
+ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn",
+                                       "polo.rollout.guided", "polo.rollout.pairs"), default="single_turn")
 
 
 @dataclass

@@ -39,4 +39,4 @@ def accuracy(policy: Policy, task: Task, examples: list[Example], max_new_tokens
     """Fraction of ``examples`` whose completion (``sampling``: see ``completions``) the task's verifier
     accepts."""
     texts = completions(policy, examples, max_new_tokens, **sampling)
-    return sum(task.is_correct(t, e) for t, e in zip(texts, examples)) / max(1, len(examples))
+    return sum(task.verify(texts, examples)) / max(1, len(examples))

@@ -20,7 +20,10 @@ from polo.core.segment import run_starts
 from polo.rollout.engine import Engine, Rollouts
 from polo.tasks.base import Task
 
-PROVIDERS: Registry = Registry("input", ("polo.rollout.providers", "polo.rollout.agent_probes"))
+PROVIDERS: Registry = Registry("input", ("polo.rollout.providers", "polo.rollout.agent_probes",
+                                         "polo.rollout.answer_sets", "polo.rollout.example_inputs", "polo.rollout.pairs",
+                                         "polo.rollout.judge_inputs", "polo.rollout.prime_inputs",
+                                         "polo.rollout.teacher_inputs", "polo.rollout.test_results"))
 PRIVILEGED_TEMPLATE = " The ground truth answer is {answer}."
 
 
@@ -36,6 +39,9 @@ class ProviderContext:
     needs: set[str]
     temperature: float = 1.0
     generator: torch.Generator = field(default_factory=torch.Generator)
+    metrics: dict[str, float] = field(default_factory=dict)
+    """What providers report for the step's metrics row (e.g. a judge's failure count); the trainer logs and
+    clears it after each step."""
 
 
 class Provider:
@@ -65,12 +71,17 @@ def _sequence(batch) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask
 
 
+def component_setting(components, name: str, default: Any) -> Any:
+    """The value of the field ``name`` on the components that have one (they must agree); ``default`` if none."""
+    values = {getattr(c, name) for c in components if hasattr(c, name)}
+    if len(values) > 1:
+        raise ValueError(f"components ask for different {name} values {sorted(values, key=repr)}")
+    return values.pop() if values else default
+
+
 def hidden_layer(components) -> int:
     """The hidden layer the components read (``hidden_layer`` field); they must agree."""
-    layers = {c.hidden_layer for c in components if hasattr(c, "hidden_layer")}
-    if len(layers) > 1:
-        raise ValueError(f"components ask for different hidden layers {sorted(layers)}")
-    return layers.pop() if layers else -1
+    return component_setting(components, "hidden_layer", -1)
 
 
 @register_provider("entropy_old", "sum_pi_sq", "old_dist", "hidden", "rollout_logp")
@@ -95,7 +106,7 @@ def behaviour_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Ten
     if "old_dist" in needs:
         got["old_dist"] = out["logprobs_full"]
     if layer is not None:
-        got["hidden"] = out["hidden"]
+        got["hidden"] = out["hidden_states"]
     return got
 
 

@@ -162,7 +162,7 @@ class VLLMGenerator:
                                      return_entropy="metric" if return_entropy else False,
                                      hidden_layer=-1 if return_hidden else None)
             out.entropy = fw.get("entropy")
-            out.hidden = fw["hidden"][:, prompt_ids.shape[1] - 1].float() if return_hidden else None
+            out.hidden = fw["hidden_states"][:, prompt_ids.shape[1] - 1].float() if return_hidden else None
         return out
 
     def close(self) -> None:

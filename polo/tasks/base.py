@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -100,6 +100,11 @@ class Task(Component):
     def is_correct(self, completion: str, example: Example) -> bool:
         """Whether ``completion`` solves ``example``."""
         return exact(completion, example.answer)
+
+    def verify(self, completions: Sequence[str], examples: Sequence[Example]) -> list[bool]:
+        """``is_correct`` of each completion and its example; a task whose verifier is costly (one that runs
+        programs) overrides this to check the batch at once."""
+        return [self.is_correct(c, e) for c, e in zip(completions, examples)]
 
     def correct_reward(
         self, prompts: list[str], completions: list[str], answer: list[str], **columns

@@ -90,11 +90,12 @@ MAX_ROW_BYTES = 1_000_000
 """A JSONL row larger than this is refused (a prompt and answer of a verifiable task are far smaller)."""
 
 
-def read_jsonl(path: Path) -> list[Example]:
-    """The examples of a JSONL file; errors name the file and line."""
+def jsonl_rows(path: Path) -> list[tuple[object, str]]:
+    """Each non-blank line of a JSONL file parsed, with its ``file:line`` for error messages; errors name the
+    file and line."""
     if not path.is_file():
         raise ConfigError(f"task.path: no such file {str(path)!r}")
-    rows: list[Example] = []
+    rows: list[tuple[object, str]] = []
     with path.open("rb") as lines:
         for number, raw in enumerate(lines, 1):
             if len(raw) > MAX_ROW_BYTES:
@@ -111,10 +112,18 @@ def read_jsonl(path: Path) -> list[Example]:
             except json.JSONDecodeError as err:
                 hint = f"; {DATASET_HINT}" if path.suffix.lower() in (".csv", ".tsv", ".parquet", ".arrow") else ""
                 raise ConfigError(f"{path}:{number}: invalid JSON ({err.msg}){hint}") from None
-            rows.append(_example(row, f"{path}:{number}", set(rows[0].columns) if rows else None))
+            rows.append((row, f"{path}:{number}"))
     if not rows:
         raise ConfigError(f"task.path: {str(path)!r} has no rows")
     return rows
+
+
+def read_jsonl(path: Path) -> list[Example]:
+    """The examples of a JSONL file; errors name the file and line."""
+    examples: list[Example] = []
+    for row, where in jsonl_rows(path):
+        examples.append(_example(row, where, set(examples[0].columns) if examples else None))
+    return examples
 
 
 @register_task("jsonl")

@@ -8,7 +8,7 @@ from polo.core.registry import Registry
 from polo.tasks.base import Task
 from polo.tasks.paths import data_path_knobs
 
-TASKS: Registry = Registry("task")
+TASKS: Registry = Registry("task", ("polo.tasks.preferences", "polo.tasks.code"))
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:

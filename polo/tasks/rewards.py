@@ -27,6 +27,8 @@ Generic rewards registered here (``c`` = completion stripped, ``a`` = answer str
   Missing or extra characters count as mismatches, so the score is 1.0 iff ``c == a``.
   Example: answer ``"85"``: ``"85"`` → 1, ``"75"`` → 0.5, ``"185"`` → 2/3, ``"8"`` → 0.
 - ``char_match``: the same with positions aligned from the left (``"cba"`` vs ``"cbx"`` → 2/3).
+- ``vul_format``: 1.0 if the completion is a ``<think>…</think>`` block followed by an answer naming exactly
+  one verdict, ``HAS_VUL`` or ``NO_VUL``, once (VULPO's format check), else 0.0.
 
 The built-in rewards read a conversational completion's text. Tasks add their own rewards
 (``Task.task_rewards()``, e.g. ``correct`` = the task's verifier), which shadow registered rewards of the same
@@ -347,3 +349,17 @@ def digit_match(prompts: list[str], completions: list[str], answer: list[str], *
 def char_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the first character (see the module docstring)."""
     return [position_match(c, a) for c, a in zip(completion_texts(completions), answer)]
+
+
+_THINK_THEN_ANSWER = re.compile(r"\s*<think>.*?</think>(.*)", re.DOTALL)
+_VERDICT = re.compile(r"\b(?:HAS_VUL|NO_VUL)\b")
+
+
+@register_reward("vul_format", max_value=1.0)
+def vul_format(prompts: list[str], completions: list[str], **kwargs) -> list[float]:
+    """1.0 if the completion is ``<think>…</think>`` and then an answer with exactly one HAS_VUL / NO_VUL."""
+    out = []
+    for text in completion_texts(completions):
+        match = _THINK_THEN_ANSWER.fullmatch(text)
+        out.append(float(match is not None and len(_VERDICT.findall(match.group(1))) == 1))
+    return out

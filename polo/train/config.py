@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
-                                SHAPING, ConfigError, Registry, Settings)
+                                REGULARIZERS, SHAPING, ConfigError, Registry, Settings)
 from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
 from polo.policy.roles import ROLES
@@ -257,6 +257,9 @@ class Recipe(Settings):
     """Per-token policy loss."""
     aggregation: dict[str, Any] | str = {"name": AGGREGATIONS.default}
     """How token losses are reduced to one scalar."""
+    regularizers: list[dict[str, Any]] = []
+    """Loss terms beside the policy loss, each ``{name, coef, knobs...}`` averaged over its own tokens
+    (distillation from a teacher, evidence channels, ...)."""
     kl: Kl = Kl()
     optimizer_hook: dict[str, Any] | str | None = None
     """Learning-rate multiplier computed from each step's gradients; None: none."""
@@ -322,12 +325,15 @@ COMPONENT_KEYS = (*STAGES, "roles")
 
 def build_components(recipe: Recipe) -> dict[str, Any]:
     """Instantiate every registered component the recipe names (raises ConfigError on a bad one): one per
-    stage, ``shaping.i`` per shaping term and ``kl`` (the divergence of the KL loss term)."""
+    stage, ``shaping.i`` per shaping term, ``regularizer.i`` per regularizer and ``kl`` (the divergence of the KL
+    loss term)."""
     built = {key: registry.build(getattr(recipe, key), key) for key, registry in STAGES.items()
              if getattr(recipe, key) is not None}
     built["kl"] = DIVERGENCES.build({"name": recipe.kl.name}, "kl.name")
     for i, spec in enumerate(recipe.shaping):
         built[f"shaping.{i}"] = SHAPING.build(spec, f"shaping[{i}]")
+    for i, spec in enumerate(recipe.regularizers):
+        built[f"regularizer.{i}"] = REGULARIZERS.build(spec, f"regularizers[{i}]")
     return built
 
 
@@ -478,6 +484,8 @@ def resolved_tree(recipe: Recipe) -> dict[str, Any]:
             tree["kl"].update(full)
         elif key.startswith("shaping."):
             tree["shaping"][int(key.split(".")[1])] = full
+        elif key.startswith("regularizer."):
+            tree["regularizers"][int(key.split(".")[1])] = full
         else:
             tree[key] = full
     used = set(plan_inputs(recipe, components).roles) | set(recipe.roles)

@@ -1,5 +1,6 @@
-"""The trainable model roles (critics): their optimizers, their value-loss backward on each micro-batch, their
-optimizer step, the warm-up during which only they learn, and their checkpointed state."""
+"""The trainable model roles (critics, the implicit PRM): their optimizers, the backward of each role's own loss
+(``Role.loss``) on each micro-batch, their optimizer step, the warm-up during which only they learn, and their
+checkpointed state."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,6 @@ import math
 import torch
 
 from polo.core.aggregation import Aggregation, StepCounts
-from polo.core.losses.value import clipped_value_loss
 
 
 class Critics:
@@ -26,15 +26,14 @@ class Critics:
         return any(step < role.warmup_steps for _, role, _, _ in self.members)
 
     def backward(self, micro, counts: StepCounts, aggregation: Aggregation) -> dict[str, float]:
-        """Each critic's clipped value loss against ``micro.returns`` (its rollout-time values from the batch
-        input the role names), aggregated like the policy loss, backpropagated."""
+        """Each role's ``loss`` on the micro-batch (a critic's: the clipped value loss against ``micro.returns``),
+        backpropagated; logged as ``loss/NAME`` and the role's diagnostics as ``NAME/KEY``."""
         stats = {}
         for name, role, model, _ in self.members:
-            predicted = model(*role.prompts(micro), micro.response_ids, micro.response_mask)
-            loss = aggregation(clipped_value_loss(predicted, micro.input(role.value_input), micro.returns,
-                                                  role.value_clip), micro.mask, counts)
+            loss, diagnostics = role.loss(model, micro, counts, aggregation)
             loss.backward()
             stats[f"loss/{name}"] = float(loss.detach())
+            stats.update({f"{name}/{key}": value for key, value in diagnostics.items()})
         return stats
 
     def parameters(self) -> list[torch.nn.Parameter]:

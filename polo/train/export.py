@@ -13,7 +13,6 @@ any other folder or file is refused. ``FinalExport`` writes ``RUN/final/`` (LoRA
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -27,6 +26,7 @@ from polo.policy.tiny import build_tiny_policy
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
 from polo.train.config import Recipe, load_recipe
+from polo.train.files import check_replaceable_dir, install_dir, temporary_dir
 
 if TYPE_CHECKING:
     from polo.train.trainer import Trainer
@@ -35,22 +35,12 @@ EXPORT_INFO = "polo_export.json"
 FINAL_DIR = "final"
 
 
-def _check_replaceable(out: Path) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ConfigError(f"export folder {str(out)!r} is not a folder: expected a new, empty or exported folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / EXPORT_INFO).is_file():
-        raise ConfigError(f"export folder {str(out)!r} is not empty and holds no {EXPORT_INFO} (not a previous "
-                          f"export): refusing to overwrite it; choose a new folder")
-
-
 def save_export(policy: Policy, out: str | Path, info: dict[str, Any], *, merge_lora: bool) -> Path:
     """Write ``policy`` (``Policy.save``) and ``info`` (``polo_export.json``) to ``out`` atomically, replacing
     an empty folder or a previous export there."""
     out = Path(out)
-    _check_replaceable(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = (out.parent / f".{prefix}_{out.name}_{os.getpid()}" for prefix in ("tmp", "old"))
-    shutil.rmtree(tmp, ignore_errors=True)
+    check_replaceable_dir(out, EXPORT_INFO, "export folder")
+    tmp = temporary_dir(out)
     try:
         policy.save(tmp, merge_lora=merge_lora)
         (tmp / EXPORT_INFO).write_text(json.dumps({**info, "merged_lora": merge_lora and is_lora(policy.model)},
@@ -58,10 +48,7 @@ def save_export(policy: Policy, out: str | Path, info: dict[str, Any], *, merge_
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out.is_dir() and any(out.iterdir()):  # a previous export: moved aside, removed once the new one is in place
-        os.replace(out, old)
-    os.replace(tmp, out)  # an empty folder is replaced by the rename itself
-    shutil.rmtree(old, ignore_errors=True)
+    install_dir(tmp, out)
     return out
 
 
@@ -74,8 +61,8 @@ def select_checkpoint(run_dir: Path, step: int | None, log: Callable[[str], Any]
         return ckpt
     steps = checkpoint_steps(run_dir)
     if step not in steps:
-        raise ConfigError(f"{run_dir} has no checkpoint of step {step}; available steps: "
-                          f"{', '.join(map(str, steps)) or 'none'}")
+        available = f"available steps: {', '.join(map(str, steps))}" if steps else "it has no checkpoint at all"
+        raise ConfigError(f"{run_dir} has no checkpoint of step {step}; {available}")
     reason = verify_checkpoint(steps[step])
     if reason is not None:
         raise CheckpointError(f"cannot export {steps[step]}: {reason}")

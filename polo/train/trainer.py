@@ -27,6 +27,7 @@ from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel, NoMetrics
 from polo.policy.policy import DTYPES, Policy, resolve_device
+from polo.policy.roles import RoleResources
 from polo.policy.tiny import build_tiny_policy
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
@@ -53,7 +54,7 @@ from polo.train.scale_out import start_rollout_workers
 from polo.train.schedule import lr_multiplier
 from polo.train.stats import advantage_diagnostics, rollout_metrics
 from polo.train.update import LossTerms, Updater, UpdateSettings
-from polo.train.warm_start import ensure_warm_start
+from polo.train.warm_start import ensure_warm_start, warm_start_with
 
 
 class NonFiniteError(RuntimeError):
@@ -148,6 +149,9 @@ class Trainer:
         self.data_parallel.check(c, recipe.dist.backend)
         self.plan = plan_inputs(recipe, c)
         self.roles = {name: build_role(recipe, name) for name in self.plan.roles}
+        for role in self.roles.values():
+            role.bind(RoleResources(warm_start=partial(warm_start_with, recipe, self.task, log),
+                                    temperature=recipe.rollout.temperature))
         self.models = {name: role.build(policy) for name, role in self.roles.items()}
         for name, role in self.roles.items():
             policy = role.wrap(policy, self.models[name])
@@ -188,7 +192,8 @@ class Trainer:
         settings = UpdateSettings(t.epochs, t.minibatches, t.micro_batch_size, o.grad_clip, r.temperature,
                                   self.max_new_tokens, t.skip_zero_advantage_rows,
                                   any(comp.whole_groups for comp in c.values()), t.micro_batch_tokens)
-        terms = LossTerms(c["policy_loss"], c["aggregation"], c["kl"], recipe.entropy_coef)
+        terms = LossTerms(c["policy_loss"], c["aggregation"], c["kl"], recipe.entropy_coef,
+                          [comp for key, comp in c.items() if key.startswith("regularizer.")])
         self.updater = Updater(self.policy, self.optimizer, terms, self.critics, settings, self.shuffle_generator,
                                c.get("optimizer_hook"), self.data_parallel)
         self.replay: list = []
@@ -311,19 +316,13 @@ class Trainer:
         timings["sample"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        for name, shaping in c.items():
-            if name.startswith("shaping."):
-                extra = shaping(batch, self.max_new_tokens).to(batch.rewards)
-                batch.rewards = torch.cat([batch.rewards, extra[:, None]], 1)
-                batch.reward_names = (*batch.reward_names, shaping.registry_name)
-                batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
-                batch.reward_max = torch.cat([batch.reward_max, torch.tensor([shaping.max_value])])
-                if "reward_present" in batch.extras:  # a shaping term scores every row
-                    present = batch.extras["reward_present"]
-                    batch.extras["reward_present"] = torch.cat([present, present.new_ones(len(present), 1)], 1)
+        self.shape(batch, after_inputs=False)
         if r.rollout.mask_truncated:
             batch.response_mask = batch.response_mask * ~batch.truncated[:, None]
         provide_inputs(self.inputs, got, self.plan)
+        self.shape(batch, after_inputs=True)  # shaping terms that read an input (a judge's score)
+        row.update(self.inputs.metrics)
+        self.inputs.metrics.clear()
         timings["inputs"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -372,6 +371,22 @@ class Trainer:
         row["perf/tokens_per_s"] = float(batch.response_mask.sum()) / max(total, 1e-9)
         row.update(self.reward_context.take_metrics())  # what the rewards logged with log_metric
         return row
+
+    def shape(self, batch, after_inputs: bool) -> None:
+        """Append each shaping term's reward column: the terms that read no input before the inputs are provided
+        (they see the rollout's own response mask), those that read one after."""
+        for name, shaping in self.components.items():
+            if not name.startswith("shaping.") or bool(shaping.needs()) != after_inputs:
+                continue
+            extra = shaping(batch, self.max_new_tokens).to(batch.rewards)
+            batch.rewards = torch.cat([batch.rewards, extra[:, None]], 1)
+            batch.reward_names = (*batch.reward_names, shaping.registry_name)
+            batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
+            batch.reward_max = torch.cat([batch.reward_max, torch.tensor([shaping.max_value])])
+            if "reward_present" in batch.extras:
+                present = batch.extras["reward_present"]
+                scored_rows = shaping.present(batch).to(present)[:, None]
+                batch.extras["reward_present"] = torch.cat([present, scored_rows], 1)
 
     @torch.no_grad()
     def policy_logp(self, batch) -> torch.Tensor:

@@ -11,7 +11,7 @@ that carry gradient.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,7 @@ from polo.core.aggregation import Aggregation, StepCounts
 from polo.core.divergences import Divergence
 from polo.core.losses.base import PolicyLoss
 from polo.core.optim_hooks import OptimizerHook
+from polo.core.regularizers import Regularizer
 from polo.core.segment import run_start_rows, run_starts
 from polo.dist.data_parallel import DataParallel
 from polo.train.critics import Critics
@@ -26,13 +27,15 @@ from polo.train.critics import Critics
 
 @dataclass
 class LossTerms:
-    """``loss = policy_loss (aggregated) + kl_coef·agg(divergence(logp, ref_logp)) − entropy_coef·agg(H)``;
-    the KL coefficient is the trainer's state and is passed to each ``Updater.run``."""
+    """``loss = policy_loss (aggregated) + kl_coef·agg(divergence(logp, ref_logp)) − entropy_coef·agg(H)
+    + Σ_r coef_r·Σ u_r·s_r / Σ_minibatch s_r`` (the regularizers, each over its own scope of tokens); the KL
+    coefficient is the trainer's state and is passed to each ``Updater.run``."""
 
     policy_loss: PolicyLoss
     aggregation: Aggregation
     divergence: Divergence
     entropy_coef: float = 0.0
+    regularizers: list[Regularizer] = field(default_factory=list)
 
 
 @dataclass
@@ -133,7 +136,7 @@ class Updater:
         """Whether rows with all-zero advantages can leave the update without changing the gradient."""
         return (self.settings.skip_zero_advantage_rows and self.terms.policy_loss.inert_at_zero_advantage
                 and kl_coef == 0 and not self.terms.entropy_coef and not self.critics and self.hook is None
-                and not policy_frozen)
+                and not self.terms.regularizers and not policy_frozen)
 
     def run(self, batch, kl_coef: float = 0.0, policy_frozen: bool = False) -> dict[str, float]:
         s = self.settings
@@ -147,6 +150,7 @@ class Updater:
             for rows in group_minibatches(batch.group, s.minibatches, self.generator):
                 minibatch = batch.select(rows)
                 counts = StepCounts.from_mask(minibatch.response_mask, s.max_new_tokens)
+                scopes = [float(reg.scope(minibatch).sum()) for reg in self.terms.regularizers]
                 if skip_inert:  # rows with all-zero advantages add nothing to the gradient
                     minibatch = minibatch.select((minibatch.advantages != 0).any(-1))
                     if minibatch.batch_size == 0:
@@ -159,7 +163,7 @@ class Updater:
                 estimates, previous = [], None
                 for micro_rows in parts:
                     micro = minibatch if len(parts) == 1 else minibatch.select(micro_rows)
-                    stats = {} if policy_frozen else self.policy_backward(micro, counts, len(rows), kl_coef)
+                    stats = {} if policy_frozen else self.policy_backward(micro, counts, len(rows), kl_coef, scopes)
                     stats.update(self.critics.backward(micro, counts, self.terms.aggregation))
                     if self.hook is not None and not policy_frozen:
                         grad = _flat_grad(self.params)
@@ -203,16 +207,23 @@ class Updater:
         for g, lr in zip(self.optimizer.param_groups, base):
             g["lr"] = lr
 
-    def policy_backward(self, micro, counts: StepCounts, minibatch_rows: int, kl_coef: float) -> dict[str, float]:
-        """Backward of the policy's loss terms on one micro-batch; returns its diagnostics."""
+    def policy_backward(self, micro, counts: StepCounts, minibatch_rows: int, kl_coef: float,
+                        scopes: list[float] = ()) -> dict[str, float]:
+        """Backward of the policy's loss terms on one micro-batch (``scopes``: each regularizer's scope total
+        over the minibatch); returns its diagnostics."""
         s, t = self.settings, self.terms
         mask = micro.mask
         n = mask.sum().clamp_min(1)
         stats: dict[str, float] = {}
         fw = self.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
-                                      temperature=s.temperature, return_entropy=True if t.entropy_coef else "metric")
+                                      temperature=s.temperature, return_entropy=True if t.entropy_coef else "metric",
+                                      return_full=any(reg.full_distribution for reg in t.regularizers),
+                                      hidden_layer=t.policy_loss.training_hidden_layer)
         logp, entropy = fw["logp"], fw["entropy"]
-        out = t.policy_loss(logp, micro)
+        if t.policy_loss.training_hidden_layer is None:
+            out = t.policy_loss(logp, micro)
+        else:
+            out = t.policy_loss(logp, micro, hidden=fw["hidden_states"])
         if out.loss is not None:
             loss = out.loss * (micro.batch_size / minibatch_rows)
         else:
@@ -223,6 +234,12 @@ class Updater:
             stats["policy/kl_ref"] = float((kl.detach() * mask).sum() / n)
         if t.entropy_coef:
             loss = loss - t.entropy_coef * t.aggregation(entropy, mask, counts)
+        for reg, total in zip(t.regularizers, scopes):
+            reg_out = reg(logp, micro, fw.get("logprobs_full"))
+            term = (reg_out.token_loss * reg.scope(micro)).sum() / (total if total > 0 else 1.0)
+            loss = loss + reg.coef * term
+            stats[f"loss/{reg.registry_name}"] = float(term.detach())
+            stats.update({f"{reg.registry_name}/{k}": float(v) for k, v in reg_out.metrics.items()})
         loss.backward()
         log_ratio = (logp.detach() - micro.old_logp) * mask
         ratio = log_ratio.clamp(-20, 20).exp() * mask

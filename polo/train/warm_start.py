@@ -157,3 +157,12 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
         except OSError:  # another process (an older polo, without the lock) cached it first
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def warm_start_with(recipe: Recipe, task: Task, log, overrides: dict, seed: int | None = None) -> Path:
+    """The built-in model warm-started with ``recipe.warm_start`` changed by ``overrides`` (e.g. a teacher: the
+    same model trained longer, ``{"target_accuracy": 0.9, "steps": 4000}``) and with ``seed`` (None: the
+    recipe's), cached like every warm start."""
+    settings = type(recipe.warm_start).model_validate({**recipe.warm_start.model_dump(), **overrides})
+    update = {"warm_start": settings} if seed is None else {"warm_start": settings, "seed": seed}
+    return ensure_warm_start(recipe.model_copy(update=update), task, log)

@@ -8,10 +8,10 @@ from polo.core.registry import ADVANTAGES
 from .helpers import build_batch
 
 ZOO = ["ngrpo", "mc_grpo", "spo_tracker", "info_gae", "redippo", "oblr_weighted_baseline", "opo", "poise_probe",
-       "remax", "gpg", "grpo_passk", "optimal_token_baseline"]
+       "remax", "gpg", "grpo_passk", "optimal_token_baseline", "gdpo_decoupled", "gd2po"]
 PROVENANCE = {"CODE", "PAPER", "SECONDARY", "RECONSTRUCTED"}
 INPUTS = {"old_logp", "ref_logp", "values", "values_privileged", "entropy_old", "sum_pi_sq", "old_dist", "ref_dist",
-          "hidden", "greedy_reward", "rollout_logp", "prompt_index", "correct", "reasoning_mask"}
+          "hidden", "greedy_reward", "rollout_logp", "prompt_index", "correct", "reasoning_mask", "reward_present"}
 """The inputs ``full_batch`` provides (the trainer's engine and input providers write them under these names)."""
 MASK = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]]
 
@@ -35,6 +35,7 @@ def full_batch(rewards, group=(0, 0, 1, 1, 2, 2), mask=MASK):
         prompt_index=torch.arange(B),
         correct=(torch.as_tensor(rewards) > 0.5).double(),
         reasoning_mask=batch.mask * (torch.arange(T) < T - 1),  # the last position holds the answer
+        reward_present=torch.ones(B, 1, dtype=torch.bool),
     )
     return batch
 
@@ -73,7 +74,7 @@ def test_extreme_ratios_give_finite_loss_and_gradient(name):
 
 
 @pytest.mark.parametrize("name", ["ngrpo", "mc_grpo", "spo_tracker", "oblr_weighted_baseline", "opo", "remax", "gpg",
-                                  "optimal_token_baseline"])
+                                  "optimal_token_baseline", "gdpo_decoupled", "gd2po"])
 def test_singleton_groups_are_finite(name):
     batch = full_batch([1.0, 0.0, 0.5, 0.5, 0.0, 1.0], group=(0, 1, 2, 3, 4, 5))
     assert torch.isfinite(ADVANTAGES.build(name)(batch).advantages).all()

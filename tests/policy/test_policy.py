@@ -39,9 +39,9 @@ def test_forward_logp_outputs_and_left_padding_invariance(policy, f32):
     p_ids, p_mask, r_ids, r_mask = batch(policy)
     out = policy.forward_logp(p_ids, p_mask, r_ids, r_mask, temperature=0.7, return_entropy=True, hidden_layer=-1)
     assert out["logp"].shape == out["entropy"].shape == r_ids.shape
-    assert out["hidden"].shape == (3, p_ids.shape[1] + r_ids.shape[1], SMALL.hidden_size)
+    assert out["hidden_states"].shape == (3, p_ids.shape[1] + r_ids.shape[1], SMALL.hidden_size)
     assert (out["logp"][r_mask == 0] == 0).all() and (out["logp"][r_mask == 1] < 0).all()
-    assert (out["entropy"][r_mask == 1] > 0).all() and torch.isfinite(out["hidden"]).all()
+    assert (out["entropy"][r_mask == 1] > 0).all() and torch.isfinite(out["hidden_states"]).all()
     atol = f32.logp_atol(policy, p_ids, p_mask, r_ids, r_mask, temperature=0.7)  # ≈ 7e-6 (measured ≤ 5e-7)
     for row in range(3):  # each row alone (no padding) gives the same log-probs as in the padded batch
         n, m = int(p_mask[row].sum()), int(r_mask[row].sum())

@@ -52,7 +52,7 @@ def test_bf16_log_probs_are_float32_and_close_to_float32_ones(policy, f32):
         with policy.autocast():
             assert policy.model(input_ids=p_ids).logits.dtype == torch.bfloat16  # the matmuls really are bf16
         mixed = policy.forward_logp(p_ids, p_mask, r_ids, r_mask, return_entropy=True, hidden_layer=1)
-    assert all(mixed[k].dtype == torch.float32 for k in ("logp", "entropy", "hidden"))
+    assert all(mixed[k].dtype == torch.float32 for k in ("logp", "entropy", "hidden_states"))
     assert all(p.dtype == torch.float32 for p in policy.parameters())  # master weights untouched
     error = float((mixed["logp"] - exact["logp"]).abs().max())
     assert error <= bf16_logp_atol(max_logit, SMALL.num_layers)

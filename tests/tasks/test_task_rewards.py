@@ -32,6 +32,12 @@ def test_generic_rewards():
                                                                                       rel=math.ulp(1.0), abs=0)
 
 
+def test_vul_format_wants_reasoning_then_one_verdict():
+    completions = ["<think>a\nb</think> HAS_VUL", " <think>x</think>\nverdict: NO_VUL.", "HAS_VUL",
+                   "<think>x</think>", "<think>x</think>NO_VUL and HAS_VUL", "<think>x</think>NO_VULx", "<think>NO_VUL"]
+    assert call("vul_format", completions, [""] * 7) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
 def test_score_shapes_names_and_weights():
     specs = [("correct", 1.0), {"name": "digit_match", "weight": 0.5}]
     rewards, names, weights = score(ADDITION, specs, EXAMPLES, ["85", "4"])

@@ -37,10 +37,12 @@ MECHANISMS = {
               "the detached IS weight min(r, eps_max) reweights tokens only where r != 1; normalized ESS of the "
               "ratios < 1 shows non-uniform weights (the eps_max = 5 truncation itself is rare at this size)"),
     "clip_cov": (CLIP, (">", 0.005), "PPO clip of Clip-Cov: " + CLIP_WHY),  # 0.156
+    "cort": (CLIP, (">", 0.005), CLIP_WHY + " (advantages reweighted by the rubric contrast, warming up)"),  # 0.186
     "ctpo": (CLIP + ("policy/clip_frac_dual",), (">", 0.05),  # 0.512
              "fraction of tokens whose cumulative-token ratio left the sqrt(position) log-space window, or hit "
              "the dual clip"),
     "dapo": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.258
+    "dagrpo": (CLIP, (">", 0.005), CLIP_WHY + " (pairwise advantages over distinct digit_match scores)"),  # 0.134
     "dapo_lite": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.245
     "dgpo": (CLIP, (">", 0.005), "PPO clip on the redistributed token advantages: " + CLIP_WHY),  # 0.150
     "dr_grpo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.214
@@ -50,10 +52,14 @@ MECHANISMS = {
     "drpo": (("policy/trust_region_multiplier",), (">", 1.0),  # 98.3
              "trust region to pi_old: the multiplier sg(max(beta (KL - delta), 0)) is 0 on-policy and > 0 once "
              "KL(old||new) > delta"),
+    "gcpo": (CLIP, (">", 0.005), CLIP_WHY + " (group-contrastive tag bonus and length bonus, then GRPO)"),  # 0.106
+    "gd2po": (CLIP, (">", 0.005), CLIP_WHY + " (rollouts with conflicting reward components dropped)"),  # 0.157
+    "gdpo_decoupled": (CLIP, (">", 0.005), CLIP_WHY + " (per-component group z-scores, whitened)"),  # 0.106
     "gmpo": (CLIP, (">", 0.005), "token clip (e^-0.4, e^0.4) of the geometric mean, in log space"),  # 0.075
     "grpo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.128
     "grpo_vllm": (CLIP, (">", 0.005), CLIP_WHY + " (rollouts from vLLM, truncated IS on the mismatch)"),
     "grpo_passk": (CLIP, (">", 0.005), CLIP_WHY + " (only each group's best sample is trained)"),  # 0.100
+    "grpo_judge": (CLIP, (">", 0.005), CLIP_WHY + " (the judge's score is a second reward component)"),  # 0.131
     "gspo": (CLIP, (">", 0.05), "sequence-level ratio outside its tiny range (3e-4, 4e-4)"),  # 0.449
     "info_ppo": (CLIP, (">", 0.005),  # 0.017
                  "ratio outside the entropy-adaptive bounds [1/(1+ln(1+eps_lo rho)), 1+ln(1+eps_hi rho)]"),
@@ -71,14 +77,21 @@ MECHANISMS = {
               "batches make V > 0"),
     "redippo": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY),  # 0.087
     "reinforce_pp": (CLIP, (">", 0.005), CLIP_WHY),  # 0.183
+    "rgpo": (CLIP, (">", 0.005), CLIP_WHY + " (groups with no correct answer get a hint-guided answer)"),
     "rloo": (CLIP, (">", 0.005), CLIP_WHY),  # 0.109
     "sapo": (ESS, ("<", 0.99),  # 0.866
              "the sigmoid gate's gradient weight 4 sigma'(tau (r - 1)) r is 1 only at r = 1; ESS < 1 shows ratios "
              "away from 1, where the soft trust region attenuates"),
     "spo": (CLIP, (">", 0.005), "clip 0.2/0.28 with dual clip 10: " + CLIP_WHY),  # 0.099
+    "srpo": (CLIP, (">", 0.005), "clip 0.2/0.28 on the GRPO branch (correct rollouts): " + CLIP_WHY),  # 0.159
     "trust_the_batch": (("policy/ess",), ("<", 0.99),  # 0.900
                         "the batch ESS caps the REINFORCE weight (rho = min(r, ESS)) and switches on the (1 - ESS) KL "
                         "pull to pi_old; both are inert at ESS = 1"),
+    "verpo_evidence": (CLIP, (">", 0.005),  # 0.069
+                       "clip 0.2/0.28 beside the reference and evidence channels: " + CLIP_WHY),
+    "verpo_tests": (CLIP, (">", 0.005), CLIP_WHY + " (dense difficulty-weighted unit-test advantages)"),  # 0.160
+    "vpo": (CLIP, (">", 0.005), CLIP_WHY + " (answer-set scores under Dirichlet scalarizations)"),  # 0.126
+    "vulpo": (CLIP, (">", 0.005), CLIP_WHY + " (judged rewards scaled by label and prompt difficulty)"),  # 0.137
 }
 
 MULTI_TURN_ON_POLICY = ("a multi-turn credit-assignment recipe on gigpo's loop: one update per rollout batch of step "
@@ -107,8 +120,23 @@ EXEMPT = {
     "reflectpo": MULTI_TURN_ON_POLICY + " (ReflectPO)",
     "rtpo": MULTI_TURN_ON_POLICY + " (RTPO)",
     "sopo": MULTI_TURN_ON_POLICY + " (SOPO)",
+    "gkd": "GKD is on-policy distillation: the student's own samples scored by the teacher, one update per rollout "
+           "batch, and no importance ratio in its loss (policy_loss none)",
+    "kepo": "KEPO's RL term is one on-policy step (exp(logp - sg(logp)) A, no clipping; TRL GRPO num_iterations 1), "
+            "its distillation term reads the current student",
     "remax": "ReMax is REINFORCE with a greedy baseline; its code makes one update per generation batch "
              "(generation batch = training batch, ppo_epochs 1)",
+    **{name: f"{method} has no importance ratio or trust region to pi_old (the frozen reference, or the past "
+             f"iterates, anchor it): one optimizer step per batch of pairs, as in TRL's DPOTrainer{where}"
+       for name, method, where in (
+           ("dpo", "DPO", "; offline pairs, old_logp from the engine's forward of the current policy"),
+           ("ipo", "IPO", "; offline pairs"),
+           ("online_dpo", "Online DPO", " and the paper's online loop"),
+           ("mnpo", "MNPO", " and the authors' one pass over each iteration's pairs"),
+           ("inpo", "INPO", " and the authors' one pass over each iteration's pairs"),
+           ("oppo", "OPPO (NLL + context triplet)", "; offline pairs"))},
+    "prime": "PRIME's scripts (PRIME-RL/PRIME run_prime_main.sh, verl recipe/prime) set ppo_mini_batch_size = "
+             "train_batch_size with 1 epoch: one policy update per rollout batch (the implicit PRM trains beside it)",
 }
 
 # extra overrides of a recipe's run, with the reason
@@ -120,6 +148,10 @@ EXTRA = {
     # the model is ~0 % accurate (seeds 1 and 2 then train nothing at all); 150 steps (~6 % held-out accuracy,
     # one more cached warm start, ~3 s) give such groups with seeds 0-2
     "drpo": ["warm_start.steps=150", "rollout.prompts_per_step=8"],
+    # the code task after 40 warm-start steps passes ~1 % of the hidden tests: most steps have no test-level signal
+    # and seeds 1-2 train no row (clip 0); 150 steps (one more cached warm start, ~40 s) pass 3-19 % of them at
+    # step 1, and every seed 0-2 clips > 0.1
+    "verpo_tests": ["warm_start.steps=150"],
     # TextGrid episodes: after 40 warm-start steps the tiny model solves none, every advantage is 0 and no
     # row is trained; up to 200 (it stops at its 35 % target, 90 steps) give groups that differ (~30 % solved)
     "gigpo": ["warm_start.steps=200"],
@@ -127,6 +159,8 @@ EXTRA = {
     # the new multi-turn recipes: the tiny warm start solves few episodes and many advantages are 0; the update
     # then runs on every row anyway, which is what this test checks (one on-policy update per batch)
     **{name: ["train.skip_zero_advantage_rows=false"] for name in ("appo", "bipace", "cipo", "g2po", "himpo", "iapo", "igpo", "infopo", "mapo", "opo_observation", "planpo", "reflectpo", "rtpo", "sopo")},
+    # the shipped recipe asks for an HTTP judge server and labelled vulnerability data: a labelled toy task and a
+    # three-criterion causal judge (the frozen warm-started policy) instead
 }
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))

@@ -8,6 +8,10 @@ from polo.core.advantages import (  # noqa: F401  (registers)
     oblr_weighted_baseline, opo, opo_observation, optimal_token_baseline, planpo, poise, redippo, reflectpo, remax, sopo,
     spo,
 )
+from polo.core.advantages import gdpo, verpo_tests, vpo  # noqa: F401  (registers)
+from polo.core.advantages import dagrpo, gcpo, vulpo  # noqa: F401  (registers)
+from polo.core.advantages import prime  # noqa: F401  (registers)
+from polo.core.advantages import srpo  # noqa: F401  (registers)
 
 __all__ = [
     "GAE", "GRPO", "RLOO", "AdvantageEstimator", "AdvantageResult", "DrGRPO", "ReinforcePP",

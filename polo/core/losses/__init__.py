@@ -9,6 +9,7 @@ from polo.core.losses.value import clipped_value_loss
 from polo.core.losses import (  # noqa: F401  (registers)
     cov, ctpo, dro, drpo, ess_adaptive, gmpo, gpg, info_adaptive_clip, r2vpo, sapo,
 )
+from polo.core.losses import none  # noqa: F401  (registers)
 
 __all__ = [
     "CISPO", "GSPO", "LossOutput", "PPOClip", "PolicyLoss", "Reinforce", "clipped_surrogate",

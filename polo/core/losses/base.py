@@ -30,6 +30,9 @@ class PolicyLoss(Component):
     """True when a row whose advantages are all 0 has ``u = 0`` and ``∂u/∂logp = 0`` on every token (the
     loss is a sum of per-row terms, each proportional to the row's advantages): the updater then leaves
     such rows out of the forward/backward, which does not change the gradient."""
+    training_hidden_layer: ClassVar[int | None] = None
+    """A hidden layer the loss reads from the training forward, with gradient (OPPO's contexts): the updater then
+    calls ``loss(logp, batch, hidden=...)`` with ``hidden`` ``[B, Tp + T, d]`` of that layer; None: no hidden."""
 
     def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:
         raise NotImplementedError

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
+import torch
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
@@ -18,3 +19,7 @@ class RewardShaping(Component):
 
     def __call__(self, batch: RolloutBatch, max_new_tokens: int) -> Tensor:
         raise NotImplementedError
+
+    def present(self, batch: RolloutBatch) -> Tensor:
+        """``[B]`` bool: the rows the term scored (its ``reward_present`` column); every row by default."""
+        return torch.ones(batch.batch_size, dtype=torch.bool)

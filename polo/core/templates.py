@@ -1,0 +1,16 @@
+"""Prompt templates in component settings: ``str.format`` strings with named fields."""
+from __future__ import annotations
+
+
+def check_template(template: str, fields: tuple[str, ...]) -> str:
+    """``template`` if it formats with exactly ``fields`` and uses each of them (a pydantic validator's
+    ValueError otherwise, naming the template and the fields)."""
+    try:
+        template.format(**dict.fromkeys(fields, ""))
+    except (KeyError, IndexError, ValueError) as err:
+        raise ValueError(f"template {template!r} may use only the fields {{{'}, {'.join(fields)}}} (write a "
+                         f"literal brace as {{{{ or }}}}): {type(err).__name__}: {err}") from None
+    missing = [f for f in fields if "{" + f + "}" not in template]
+    if missing:
+        raise ValueError(f"template {template!r} lacks the field(s) {', '.join(missing)}")
+    return template

@@ -1,0 +1,116 @@
+import math
+
+import pytest
+import torch
+
+from polo.core.advantages.gdpo import GD2PO, GDPO, component_advantages, conflicted, consensus
+
+from .helpers import build_batch, close
+
+CORRECT = [1, 1, 0, 0, 1, 0, 0, 0]
+LENGTH = [0.5, 0.9, 0.6, 0.1, 0.5, 0.5, 0.5, 0.1]
+GROUP = [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def example(group=GROUP, mask=None, order=None):
+    rows = list(range(8)) if order is None else order
+    rewards = [[CORRECT[i], LENGTH[i]] for i in rows]
+    return build_batch(rewards, [group[i] for i in rows] if order is not None else group, mask=mask)
+
+
+def test_worked_example_components_and_gdpo():
+    batch = example()
+    comp = component_advantages(batch.rewards, torch.ones(8, 2, dtype=torch.bool), batch.group, 1e-6)
+    close(comp[:, 0], [0.8660, 0.8660, -0.8660, -0.8660, 1.5, -0.5, -0.5, -0.5])
+    close(comp[:, 1], [-0.0757, 1.1350, 0.2270, -1.2863, 0.5, 0.5, 0.5, -1.5])
+    close(comp.sum(-1), [0.7904, 2.0010, -0.6390, -2.1523, 2.0, 0.0, 0.0, -2.0])
+    close(GDPO()(batch).advantages[:, 0], [0.4975, 1.2595, -0.4022, -1.3547, 1.2588, 0.0, 0.0, -1.2588])
+
+
+def test_worked_example_gd2po_hard_and_snr():
+    batch = example()
+    comp = GDPO().components(batch)
+    assert conflicted(comp).long().tolist() == [1, 0, 1, 0, 0, 1, 1, 0]
+    keep, scale, diag = GD2PO().selection(comp, batch.group)
+    close(scale, [0.5] * 8)
+    assert diag == {"gd2po/conflict_frac": 0.5, "gd2po/drop_frac": 0.5}
+    hard = GD2PO()(batch).advantages[:, 0]
+    close(hard, [0, 0.8659, 0, -0.8981, 0.8655, 0, 0, -0.8334])
+    assert hard[~keep].eq(0).all()  # dropped rows exactly 0
+    close(consensus(comp), [0.8393, 1, -0.5846, -1, 1, 0, 0, -1])
+    keep, scale, _ = GD2PO(variant="snr", tau=0.8).selection(comp, batch.group)
+    assert (~keep).long().tolist() == [0, 0, 1, 0, 0, 1, 1, 0]
+    close(scale, [0.75] * 4 + [0.5] * 4)
+    close(GD2PO(variant="snr")(batch).advantages[:, 0], [0.3713, 1.0498, 0, -1.2779, 0.6756, 0, 0, -0.8189])
+
+
+def test_token_weighted_and_sample_whitening():
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    batch = example(mask=mask)
+    total = GDPO().components(batch).sum(-1)
+    tokens = total[:, None].expand(-1, 3)[mask.bool()]  # each row counted once per token
+    expected = (total - tokens.mean()) / (tokens.var() + 1e-8).sqrt()  # unbiased variance over the tokens
+    close(GDPO()(batch).advantages, expected[:, None] * mask)
+    by_sample = (total - total.mean()) / (total.std() + 1e-4)  # TRL: samples, unbiased std, eps 1e-4
+    close(GDPO(whiten="sample")(batch).advantages, by_sample[:, None] * mask)
+    close(GDPO(whiten="none")(batch).advantages, total[:, None] * mask)
+
+
+def test_reward_weights_scale_the_components():
+    batch = example()
+    batch.reward_weights = torch.tensor([2.0, 0.5], dtype=torch.float64)
+    comp = GDPO().components(batch)
+    close(GDPO(whiten="none")(batch).advantages[:, 0], 2 * comp[:, 0] + 0.5 * comp[:, 1])
+
+
+def test_missing_and_nan_rewards_are_left_out_of_their_column():
+    batch = build_batch([[1.0, 0.2], [0.0, 0.9], [0.5, 0.4], [0.0, 0.0]])
+    batch.extras["reward_present"] = torch.tensor([[True, True], [True, True], [True, True], [True, False]])
+    comp = GDPO().components(batch)
+    z = torch.tensor([1.0, 0.0, 0.5, 0.0], dtype=torch.float64)
+    close(comp[:, 0], ((z - z.mean()) / (z.std() + 1e-6)).tolist())  # column 0 is present everywhere
+    other = build_batch([[1.0, 0.2], [0.0, 0.9], [0.5, 0.4], [0.0, 123.0]])
+    other.extras["reward_present"] = batch.extras["reward_present"]
+    close(GDPO().components(other), comp)  # an absent value is never read
+    z = torch.tensor([0.2, 0.9, 0.4], dtype=torch.float64)
+    close(comp[:, 1], ((z - z.mean()) / (z.std() + 1e-6)).tolist() + [0.0])  # absent: 0 normalized advantage
+    nan_batch = build_batch([[1.0, 0.2], [0.0, 0.9], [0.5, 0.4], [0.0, math.nan]])
+    close(GDPO().components(nan_batch), comp)  # a NaN reward is a missing one
+    assert torch.isfinite(GD2PO()(nan_batch).advantages).all()
+
+
+def test_degenerate_groups():
+    equal = build_batch([[1.0, 0.5]] * 4)
+    assert GDPO()(equal).advantages.eq(0).all() and GD2PO()(equal).advantages.eq(0).all()
+    lone = build_batch([[1.0, 0.5], [0.0, 0.2], [1.0, 0.1]], group=[0, 1, 1])
+    comp = GDPO().components(lone)
+    close(comp[0], [1.0, 0.5])  # a single rollout keeps its raw rewards (GRPO's lone-sample rule)
+    assert torch.isfinite(GDPO()(lone).advantages).all()
+
+
+def test_all_dropped_or_one_kept_token_gives_zero():
+    batch = build_batch([[1.0, 0.0], [0.0, 1.0]])  # both rows conflicted
+    out = GD2PO()(batch)
+    assert out.advantages.eq(0).all() and out.diagnostics["gd2po/drop_frac"] == 1.0
+    one = build_batch([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]], mask=[[1, 1], [1, 1], [1, 0], [1, 1]])
+    keep, _, _ = GD2PO().selection(GDPO().components(one), one.group)
+    assert keep.tolist() == [False, False, True, True]
+    assert GD2PO()(one).advantages[:2].eq(0).all()
+    single_token = build_batch([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], mask=[[1], [1], [1]])
+    assert GD2PO()(single_token).advantages.eq(0).all()  # one kept token: x − mean = 0
+
+
+def test_groups_are_independent_and_masked_tokens_are_zero():
+    order = [4, 0, 5, 1, 6, 2, 7, 3]
+    out = GD2PO(variant="snr")(example(order=order)).advantages[:, 0]
+    close(out, torch.tensor([0.3713, 1.0498, 0, -1.2779, 0.6756, 0, 0, -0.8189], dtype=torch.float64)[order])
+    mask = [[1, 0]] * 7 + [[0, 0]]
+    out = GDPO()(example(mask=mask)).advantages
+    assert out[:, 1].eq(0).all() and out[7].eq(0).all()
+
+
+def test_bad_present_shape():
+    batch = example()
+    batch.extras["reward_present"] = torch.ones(8, 3, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"reward_present has shape \(8, 3\), rewards \(8, 2\)"):
+        GDPO()(batch)
