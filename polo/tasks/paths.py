@@ -7,7 +7,7 @@ without building the task (which would read the data).
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import AfterValidator
 
@@ -23,8 +23,10 @@ DataPath = Annotated[str, AfterValidator(absolute_path)]
 def is_data_path(task_cls: type, key: str) -> bool:
     """Whether knob ``key`` of the Task class ``task_cls`` is a ``DataPath``."""
     field = task_cls.model_fields.get(key)
-    return field is not None and any(isinstance(m, AfterValidator) and m.func is absolute_path
-                                     for m in field.metadata)
+    if field is None:
+        return False
+    metadata = [*field.metadata, *(m for arg in get_args(field.annotation) for m in getattr(arg, "__metadata__", ()))]
+    return any(isinstance(m, AfterValidator) and m.func is absolute_path for m in metadata)  # DataPath, DataPath | None
 
 
 def data_path_knobs(task_cls: type, config: dict[str, Any]) -> dict[str, Any]:

@@ -105,8 +105,9 @@ class PreferencePairs(Task):
     """Prompts with a chosen and a rejected response (DPO, IPO, OPPO), from a file; verified by a base task
     or a named verifier."""
 
-    path: DataPath = str(EXAMPLE_PAIRS)
-    """JSONL file, or a file / save_to_disk folder read with ``datasets``; default: the packaged addition pairs."""
+    path: DataPath | None = None
+    """JSONL file, or a file / save_to_disk folder read with ``datasets``; None: the packaged addition pairs
+    (polo/tasks/data/addition_pairs.jsonl)."""
     verifier: str | dict[str, Any] | None = None
     """A registered task (name or ``{name, knobs}``: its verifier, test split and warm start), a verifier
     (``exact``, ``numeric``, ``contains``, a registered reward), or None (``exact`` when rows have answers)."""
@@ -126,10 +127,15 @@ class PreferencePairs(Task):
             raise ValueError(f"a mapping must name a registered task ({', '.join(TASKS.names())}), got {value!r}")
         return check_verifier(value)
 
+    @property
+    def pairs_path(self) -> Path:
+        """The pair file read: ``path``, or the packaged example."""
+        return Path(self.path) if self.path is not None else EXAMPLE_PAIRS
+
     def __init__(self, **knobs: object):
         super().__init__(**knobs)
         rows: list[Example] = []
-        for row, where in read_pair_rows(Path(self.path), self.split):
+        for row, where in read_pair_rows(self.pairs_path, self.split):
             rows.append(pair_example(row, where, set(rows[0].columns) if rows else None))
         self._rows = rows
         self._has_answers = all(e.answer != "" for e in rows)
@@ -137,7 +143,7 @@ class PreferencePairs(Task):
             self._base = build_task(self.verifier)
         if (self._base is not None or self.verifier in VERIFIERS) and not self._has_answers:
             raise ConfigError(f"task preference_pairs: verifier {self.verifier!r} compares completions with the "
-                              f"answer, and some rows of {self.path} have no 'answer'")
+                              f"answer, and some rows of {self.pairs_path} have no 'answer'")
 
     @property
     def checker(self) -> str | None:
@@ -154,11 +160,12 @@ class PreferencePairs(Task):
 
     def examples(self, split: Split, n: int, seed: int) -> list[Example]:
         if self._base is None:
-            return cycle_split(self._rows, split, n, seed, self.test_fraction, self.path)
+            return cycle_split(self._rows, split, n, seed, self.test_fraction, str(self.pairs_path))
         if split == "test":
             return self._base.examples("test", n, seed)
         train = [e for e in self._rows if split_of(e.prompt, self._base.test_fraction) == "train"]
-        return cycle_split(train, "train", n, seed, None, f"{self.path} (rows outside the base task's test split)")
+        return cycle_split(train, "train", n, seed, None,
+                           f"{self.pairs_path} (rows outside the base task's test split)")
 
     def warm_start_examples(self, n: int, seed: int) -> list[Example]:
         if self._base is not None:

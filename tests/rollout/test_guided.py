@@ -91,3 +91,15 @@ def test_guided_recipe_trains(tmp_path):
     rows = Trainer(recipe, log=lambda m: None).run()
     assert rows[-1]["step"] == 2
     assert any("log_metric/guided/groups_triggered" in r for r in rows[1:])
+
+
+def test_teacher_written_hints_reach_the_guided_prompt(setup):
+    _, task, policy = setup
+    examples = task.examples("train", 2, seed=3)
+    eng = engine(task, source="teacher", levels=[1.0], hint_tokens=4)
+    eng.settings.models["teacher"] = policy  # any Policy writes hints; here the (untrained) student itself
+    assert eng.roles() == {"teacher"}
+    hints = eng.guides(policy, examples)
+    assert len(hints) == 2 and all(isinstance(h, str) and len(h) <= 4 for h in hints)
+    got = eng.rollout(policy, examples, [0, 1], torch.Generator().manual_seed(0))
+    assert got.batch.batch_size == 8 and got.batch.extras["guided"].sum() <= 2
