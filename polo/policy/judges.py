@@ -36,7 +36,7 @@ from polo.core.registry import ConfigError, Settings
 from polo.policy.http_judge import EndpointClient, parse_score
 from polo.policy.inputs import pad_sequences, trim_left_padding
 from polo.policy.policy import Policy
-from polo.policy.reference import frozen_copy
+from polo.policy.reference import frozen_copy, frozen_load
 from polo.policy.reward_model import RewardModel
 from polo.policy.roles import ROLES, Role
 
@@ -284,9 +284,7 @@ class JudgeRole(Role):
 
     def scorer(self, policy: Policy):
         if self.backend == "causal":
-            model = frozen_copy(policy) if self.path is None else Policy.load(
-                self.path, device=policy.device, chat_template=self.chat_template,
-                compute_dtype=policy.compute_dtype).eval().requires_grad_(False)
+            model = frozen_copy(policy) if self.path is None else frozen_load(self.path, policy, self.chat_template)
             return VerdictScorer(model, self.verdicts, self.batch_size)
         if self.backend == "classifier":
             return ClassifierScorer(RewardModel.load(self.path, device=str(policy.device)), self.batch_size)

@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 from polo.core.registry import ConfigError, Settings
 from polo.core.templates import check_template
 from polo.policy.policy import Policy
-from polo.policy.reference import frozen_copy
+from polo.policy.reference import frozen_copy, frozen_load
 from polo.policy.roles import ROLES, Role
 
 SIBLING_TEMPLATE = "{prompt}\n\nCorrect solution:\n\n{solution}\n\nCorrectly solve the original question.\n"
@@ -121,8 +121,7 @@ class Teacher(Role):
             teacher = frozen_copy(policy)
         else:
             folder = self.path if self.source == "path" else self._warm_started()
-            teacher = Policy.load(folder, device=policy.device, chat_template=policy.chat_template,
-                                  compute_dtype=policy.compute_dtype).requires_grad_(False)
+            teacher = frozen_load(folder, policy, policy.chat_template)
             check_vocabulary(teacher, policy, f"roles.teacher (source {self.source}, {folder})")
         return TeacherModel(teacher, self).eval()
 

@@ -22,7 +22,6 @@ marks the demonstration anchors, 0 elsewhere). Metrics:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Literal
 
 import torch
@@ -31,17 +30,7 @@ from pydantic import Field
 from polo.core.batch import concat_batches
 from polo.rollout.engine import ENGINES, Rollouts, scored
 from polo.rollout.single_turn import SingleTurn
-from polo.tasks.base import Example
-
-
-def hinted(example: Example, template: str, guide: str) -> Example:
-    """``example`` with its prompt rewritten by ``template`` (``{prompt}``, ``{guide}``); a conversational
-    example gets the rewrite in its last message."""
-    if example.messages is None:
-        return replace(example, prompt=template.format(prompt=example.prompt, guide=guide))
-    *head, last = example.messages
-    content = template.format(prompt=last["content"], guide=guide)
-    return replace(example, messages=(*head, {**last, "content": content}))
+from polo.tasks.base import Example, reprompt
 
 
 def revealed(text: str, fraction: float) -> str:
@@ -141,7 +130,7 @@ class Guided(SingleTurn):
                 if len(pending) == 0:
                     break
                 groups = pending.tolist()
-                asks = [hinted(examples[g], self.template, revealed(full[g], level)) for g in groups]
+                asks = [reprompt(examples[g], self.template, guide=revealed(full[g], level)) for g in groups]
                 cand = self.sample_rows(policy, asks, [examples[g] for g in groups], [prompt_index[g] for g in groups],
                                         E, generator)
                 r, ok = cand.batch.scalar_reward().view(-1, E), cand.correct.view(-1, E)

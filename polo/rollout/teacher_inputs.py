@@ -23,8 +23,6 @@ the behaviour policy re-reading the response with the example's ``rubric`` colum
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
@@ -34,22 +32,11 @@ from polo.core.registry import ConfigError
 from polo.core.segment import masked_mean
 from polo.rollout.engine import Rollouts
 from polo.rollout.providers import ProviderContext, component_setting, register_provider
-from polo.tasks.base import Example
+from polo.tasks.base import Example, reprompt
 
 PLAIN = ("teacher_logp", "teacher_dist")
 SIBLING = ("teacher_dist_sibling", "sibling_present", "sibling_entropy_weight")
 NEGATIVE = ("teacher_dist_negative", "negative_present")
-
-
-def reprompt(example: Example, template: str, **fields: str) -> Example:
-    """``example`` with its prompt rewritten as ``template.format(prompt=..., **fields)``; with chat messages,
-    the last message's content is the ``{prompt}`` that is rewritten."""
-    messages = example.messages
-    if messages:
-        last = dict(messages[-1])
-        last["content"] = template.format(prompt=last["content"], **fields)
-        messages = (*messages[:-1], last)
-    return replace(example, prompt=template.format(prompt=example.prompt, **fields), messages=messages)
 
 
 def pick_siblings(group: Tensor, candidate: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:

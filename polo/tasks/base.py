@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -36,6 +36,17 @@ class Example:
     answer: str
     columns: Mapping[str, Any] = field(default_factory=dict)
     messages: tuple[Mapping[str, str], ...] | None = None
+
+
+def reprompt(example: Example, template: str, **fields: str) -> Example:
+    """``example`` with its prompt rewritten as ``template.format(prompt=..., **fields)``; with chat messages,
+    the last message's content is the ``{prompt}`` that is rewritten."""
+    messages = example.messages
+    if messages:
+        last = dict(messages[-1])
+        last["content"] = template.format(prompt=last["content"], **fields)
+        messages = (*messages[:-1], last)
+    return replace(example, prompt=template.format(prompt=example.prompt, **fields), messages=messages)
 
 
 def split_of(key: str, test_fraction: float) -> Split:

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from polo.rollout.engine import ENGINES, EngineSetup
-from polo.rollout.guided import hinted, revealed
+from polo.rollout.guided import revealed
 from polo.tasks import build_task
-from polo.tasks.base import Example
+from polo.tasks.base import Example, reprompt
 from polo.tasks.rewards import RewardSpec
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, load_policy
@@ -29,10 +29,10 @@ def engine(task, G=4, **settings):
 
 def test_hint_template_and_reveal():
     e = Example("12+34=", "46")
-    assert hinted(e, "Hint: {guide}\n{prompt}", revealed("46", 0.5)).prompt == "Hint: 4\n12+34="
+    assert reprompt(e, "Hint: {guide}\n{prompt}", guide=revealed("46", 0.5)).prompt == "Hint: 4\n12+34="
     assert revealed("abcde", 0.5) == "abc" and revealed("abc", 1.0) == "abc"
     chat = Example("q", "a", messages=({"role": "system", "content": "s"}, {"role": "user", "content": "q"}))
-    assert hinted(chat, "{guide}|{prompt}", "h").messages[-1]["content"] == "h|q"
+    assert reprompt(chat, "{guide}|{prompt}", guide="h").messages[-1]["content"] == "h|q"
 
 
 def test_demonstration_anchor_replaces_the_lowest_row_of_failed_groups(setup):

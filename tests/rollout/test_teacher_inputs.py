@@ -14,7 +14,8 @@ from polo.policy.teacher import Teacher
 from polo.policy.tiny import build_tiny_policy
 from polo.rollout.engine import Rollouts
 from polo.rollout.providers import PROVIDERS, ProviderContext
-from polo.rollout.teacher_inputs import pick_siblings, reprompt
+from polo.rollout.teacher_inputs import pick_siblings
+from polo.tasks.base import reprompt
 from polo.tasks.base import Example
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=256)
