@@ -131,8 +131,8 @@ class Guided(SingleTurn):
                     break
                 groups = pending.tolist()
                 asks = [reprompt(examples[g], self.template, guide=revealed(full[g], level)) for g in groups]
-                cand = self.sample_rows(policy, asks, [examples[g] for g in groups], [prompt_index[g] for g in groups],
-                                        E, generator)
+                cand = self.sample_scored(policy, asks, [examples[g] for g in groups],
+                                          [prompt_index[g] for g in groups], E, generator)
                 r, ok = cand.batch.scalar_reward().view(-1, E), cand.correct.view(-1, E)
                 if self.accept == "better":
                     good = r > reward[pending].max(1, keepdim=True).values
@@ -151,20 +151,6 @@ class Guided(SingleTurn):
         width = max(len(v) for v in picks.values())
         rows = torch.tensor([picks[g] + [-1] * (width - len(picks[g])) for g in rescued.tolist()])
         return rescued, Rollouts.concat(parts), rows
-
-    def sample_rows(self, policy, asks: list[Example], originals: list[Example], prompt_index: list[int], E: int,
-                    generator: torch.Generator) -> Rollouts:
-        """``E`` completions of each hinted prompt, scored as answers to the original examples."""
-        s = self.settings
-        ids, mask = policy.encode_prompts(asks)
-        ids, mask = ids.repeat_interleave(E, 0), mask.repeat_interleave(E, 0)
-        out = self.generate(policy, ids, mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                            top_p=s.top_p, top_k=s.top_k, generator=generator)
-        rows = {"prompt_ids": ids, "prompt_mask": mask, "response_ids": out.response_ids,
-                "response_mask": out.response_mask, "group": torch.arange(len(asks)).repeat_interleave(E),
-                "truncated": out.truncated, "old_logp": out.logp}
-        return scored(rows, s, [e for e in originals for _ in range(E)], policy.decode(out.response_ids, out.response_mask),
-                      [i for i in prompt_index for _ in range(E)])
 
     def demonstrations(self, policy, examples: list[Example], prompt_index: list[int]) -> Rollouts:
         """The task's demonstration of each example as one scored row (the anchor)."""

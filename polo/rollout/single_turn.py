@@ -19,13 +19,20 @@ class SingleTurn(Engine):
         s = self.settings
         if len(examples) != len(prompt_index):
             raise ConfigError(f"engine single_turn: {len(examples)} examples but {len(prompt_index)} prompt indices")
-        G = samples_per_prompt or s.samples_per_prompt
-        prompt_ids, prompt_mask = policy.encode_prompts(examples)
+        return self.sample_scored(policy, examples, examples, prompt_index, samples_per_prompt or s.samples_per_prompt,
+                                  generator, greedy)
+
+    def sample_scored(self, policy, asks: list[Example], examples: list[Example], prompt_index: list[int], G: int,
+                      generator: torch.Generator, greedy: bool = False) -> Rollouts:
+        """``G`` completions of each prompt of ``asks``, scored as answers to ``examples`` (the same examples, or
+        the originals of rewritten prompts); the rows keep the prompts they were sampled under."""
+        s = self.settings
+        prompt_ids, prompt_mask = policy.encode_prompts(asks)
         prompt_ids, prompt_mask = prompt_ids.repeat_interleave(G, 0), prompt_mask.repeat_interleave(G, 0)
         out = self.generate(policy, prompt_ids, prompt_mask, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                     top_p=s.top_p, top_k=s.top_k, greedy=greedy, generator=generator)
+                            top_p=s.top_p, top_k=s.top_k, greedy=greedy, generator=generator)
         rows = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "response_ids": out.response_ids,
-                "response_mask": out.response_mask, "group": torch.arange(len(examples)).repeat_interleave(G),
+                "response_mask": out.response_mask, "group": torch.arange(len(asks)).repeat_interleave(G),
                 "truncated": out.truncated, "old_logp": out.logp}
         repeated = [e for e in examples for _ in range(G)]
         index = [i for i in prompt_index for _ in range(G)]
