@@ -1,4 +1,10 @@
-"""The built-in tiny causal LM: a standard Llama/Qwen2 Hugging Face model built from a config, locally."""
+"""The built-in causal LMs: a standard Llama/Qwen2 Hugging Face model built from a config, locally.
+
+Two presets size it: ``tiny`` (the default: hidden 128, 2 layers, 4 heads of 32, 0.5M parameters, 64
+positions; a CPU trains it in minutes) and ``base`` (hidden 256, 6 layers, 4 heads of 64, 6.3M parameters,
+512 positions: room for the reasoning traces of the task ladder, and a head size vLLM's attention serves).
+A key given next to ``preset`` overrides the preset's value (``{preset: base, num_layers: 8}``).
+"""
 from __future__ import annotations
 
 from typing import Literal
@@ -10,11 +16,18 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Co
 from polo.core.registry import Settings
 
 ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+PRESETS = {
+    "tiny": {"hidden_size": 128, "num_layers": 2, "num_heads": 4, "intermediate_size": 512, "max_position_embeddings": 64},
+    "base": {"hidden_size": 256, "num_layers": 6, "num_heads": 4, "intermediate_size": 1024,
+             "max_position_embeddings": 512},
+}
 
 
 class TinyModelConfig(Settings):
-    """Size of the built-in model (a few hundred thousand parameters by default)."""
+    """Size of the built-in model: a preset, and any of its sizes overridden by name."""
 
+    preset: Literal["tiny", "base"] = "tiny"
+    """Named size (module docstring); the size keys below default to the preset's values."""
     arch: Literal["llama", "qwen2"] = "llama"
     """Hugging Face architecture of the built-in model."""
     hidden_size: int = Field(128, gt=0)
@@ -27,6 +40,13 @@ class TinyModelConfig(Settings):
     """Width of the MLP."""
     max_position_embeddings: int = Field(64, gt=0)
     """Context length in tokens (characters): prompt plus completion."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_sizes(cls, data):
+        if isinstance(data, dict) and data.get("preset", "tiny") in PRESETS:
+            return {**PRESETS[data.get("preset", "tiny")], **data}
+        return data  # an unknown preset: the field's validation names it
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "TinyModelConfig":

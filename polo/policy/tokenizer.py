@@ -9,12 +9,18 @@ from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 CHARACTERS = "\n" + "".join(chr(c) for c in range(32, 127))
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<{{ message['role'] }}>{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+"""Each message as ``<role>content`` on its own line, then ``<assistant>`` to prompt the reply (plain characters,
+so the character vocabulary covers it)."""
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """Character tokenizer with ``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3, then the characters.
 
-    ``encode`` prepends ``<bos>`` (when ``add_special_tokens``); ``decode`` concatenates characters without
+    It carries ``CHAT_TEMPLATE`` (used when ``model.chat_template`` is on). ``encode`` prepends ``<bos>`` (when ``add_special_tokens``); ``decode`` concatenates characters without
     spaces or clean-up, so ``decode(encode(s, add_special_tokens=False)) == s`` for printable ASCII ``s``.
     """
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + tuple(CHARACTERS))}
@@ -31,6 +37,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
         eos_token="<eos>",
         unk_token="<unk>",
         clean_up_tokenization_spaces=False,
+        chat_template=CHAT_TEMPLATE,
     )
 
 
