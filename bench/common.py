@@ -7,6 +7,7 @@ of interleaved measurements much less so.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import math
 import os
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +39,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 SIZES = {
     "tiny": TinyModelConfig(max_position_embeddings=128),  # polo's built-in size: hidden 128, 2 layers
     "small": TinyModelConfig(hidden_size=256, num_layers=4, intermediate_size=1024, max_position_embeddings=128),
+    "base": TinyModelConfig(preset="base"),  # the bigger preset: hidden 256, 6 layers, heads of 64, 512 positions
 }
 EOS_PROB = 1 / 24
 """EOS probability per token of the varying-length model: lengths are geometric (mean ≈ 22 under a 64 cap)."""
@@ -59,6 +61,8 @@ class Setting:
     max_tokens: int
     minibatches: int = 1
     """Optimizer steps per generation batch (polo ``train.minibatches``, TRL ``steps_per_generation``)."""
+    eos_prob: float = EOS_PROB
+    """The model's EOS probability per token (``set_eos_prob``): lengths are geometric, capped at max_tokens."""
 
     @property
     def rows(self) -> int:
@@ -68,6 +72,36 @@ class Setting:
 SETTINGS = [Setting("8x8 <=8 tok", 8, 8, 8), Setting("32x8 <=64 tok", 32, 8, 64)]
 # the shape of polo/recipes/grpo.yaml
 DEFAULT_SETTING = Setting("64x8 <=4 tok, 4 minibatches (polo train grpo)", 64, 8, 4, minibatches=4)
+# the long-completion regime (issue #14): P(EOS) = 1/cap, so the mean length is cap·(1 − (1 − 1/cap)^cap) ≈ 0.63 cap
+# (81 and 162 tokens) and about 37 % of the completions run to the cap
+LONG_SETTINGS = [Setting("4x8 <=128 tok", 4, 8, 128, eos_prob=1 / 128),
+                 Setting("4x8 <=256 tok", 4, 8, 256, eos_prob=1 / 256)]
+ADDITION = {"name": "addition"}
+LONG_TASK = {"name": "addition_trace", "digits": 8}
+"""Ladder-like prompts: ``'12345678+87654321='``, 18 characters."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """What a step benchmark runs: the model size, the task giving prompts and rewards, the settings."""
+
+    size: str
+    task: dict
+    settings: list[Setting]
+    skipping: bool = True
+    """Also time polo skipping zero-advantage rows. Off in the long regime: there the random model's traced
+    completions all score 0, so skipping would drop the whole update; only like-for-like steps are timed."""
+    trl: dict = field(default_factory=dict)
+    """GRPOConfig fields of TRL's trainer beyond :func:`trl_trainer`'s. The long regime turns TRL's default
+    gradient checkpointing off: the same forward/backward work as polo and the floor (the short regime keeps
+    TRL's default, as in earlier rounds)."""
+
+
+REGIMES = {"short": Regime("tiny", ADDITION, SETTINGS),
+           "long": Regime("base", LONG_TASK, LONG_SETTINGS, skipping=False, trl={"gradient_checkpointing": False})}
+REGIME_OPTION = {"choices": list(REGIMES), "default": "short",
+                 "help": "short: tiny model, addition, <= 64 tokens; long: base model, 8-digit addition_trace prompts, "
+                         "<= 128 and <= 256 tokens (issue #14)"}
 
 
 def parse_args(description: str, **extra: dict) -> argparse.Namespace:
@@ -123,8 +157,10 @@ def set_eos_prob(model, eos: int, p: float) -> None:
     emb[eos, 0] = 1.0 + float(((math.log(p / (1 - p)) - g1) / (g2 - g1)).median())
 
 
+@functools.cache
 def save_model(size: str = "tiny", eos_prob: float | None = EOS_PROB) -> Path:
-    """A ``save_pretrained`` folder (model + char tokenizer) of :func:`build_model`, in a temp dir."""
+    """A ``save_pretrained`` folder (model + char tokenizer) of :func:`build_model`, in a temp dir (one per
+    size and EOS probability)."""
     model, tokenizer = build_model(size, eos_prob)
     path = Path(tempfile.mkdtemp(prefix=f"polo-bench-{size}-"))
     model.save_pretrained(path)
@@ -138,25 +174,39 @@ def random_prompts(batch: int, length: int, vocab: int, seed: int = 0) -> tuple[
     return ids, torch.ones_like(ids)
 
 
-# --------------------------------------------------------------------------- GRPO on the addition task
-def addition_task():
+# --------------------------------------------------------------------------- GRPO on a task (default: addition)
+def load_task(config: dict = ADDITION):
     from polo.tasks import build_task
 
-    return build_task({"name": "addition"})
+    return build_task(dict(config))
 
 
-def prompt_order(n_prompts: int, seed: int = 0):
-    """The first ``n_prompts`` prompts polo's Trainer draws with ``seed`` (same pool, same shuffle)."""
+def parse_task(spec: str) -> dict:
+    """``"NAME,KEY=VALUE,..."`` (values in YAML, as in recipe overrides) → ``{"name": NAME, KEY: VALUE, ...}``."""
+    from polo.train.config import parse_overrides
+
+    name, *knobs = spec.split(",")
+    return {"name": name, **dict(parse_overrides(knobs))}
+
+
+def task_overrides(config: dict) -> list[str]:
+    """Recipe overrides selecting the task ``config`` (``{"name": ..., **knobs}``)."""
+    return [f"task.{key}={value}" for key, value in config.items()]
+
+
+def prompt_order(n_prompts: int, seed: int = 0, task: dict = ADDITION, pool_size: int | None = None):
+    """The first ``n_prompts`` prompts polo's Trainer draws with ``seed`` (same pool, same shuffle); ``pool_size``
+    None: the default ``train.train_pool``."""
     from polo.train.config import Loop
     from polo.train.data import PromptStream
 
-    pool = addition_task().examples("train", Loop().train_pool, seed=seed)
+    pool = load_task(task).examples("train", pool_size or Loop().train_pool, seed=seed)
     got = PromptStream(pool, seed=seed).next(n_prompts)
     return got[0] if isinstance(got, tuple) else got
 
 
-def reward_functions():
-    """The addition task's default rewards as TRL-signature functions and their weights.
+def reward_functions(task: dict = ADDITION):
+    """The task's default rewards as TRL-signature functions and their weights.
 
     Each is wrapped to pass on only the dataset column ``answer``: polo's task reward ``correct``
     (``Task.correct_reward``) indexes every extra keyword as a per-row column, and TRL also passes
@@ -164,7 +214,7 @@ def reward_functions():
     """
     from polo.tasks.rewards import resolve_reward
 
-    task = addition_task()
+    task = load_task(task)
 
     def only_answer(name: str):
         fn = resolve_reward(task, name)
@@ -178,26 +228,27 @@ def reward_functions():
     return [only_answer(s.name) for s in task.default_rewards], [s.weight for s in task.default_rewards]
 
 
-def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0, extra=()):
-    """polo's Trainer with the ``grpo`` recipe on ``setting`` (plus ``extra`` overrides); ``model_dir`` None:
-    the warm-started default."""
+def polo_trainer(model_dir: Path | None, setting: Setting, seed: int = 0, extra=(), task: dict = ADDITION):
+    """polo's Trainer with the ``grpo`` recipe on ``setting`` and ``task`` (plus ``extra`` overrides);
+    ``model_dir`` None: the warm-started default."""
     from polo.train.config import load_recipe
     from polo.train.trainer import Trainer
 
     overrides = [f"rollout.prompts_per_step={setting.prompts}", f"rollout.samples_per_prompt={setting.generations}",
                  f"rollout.max_new_tokens={setting.max_tokens}", f"train.minibatches={setting.minibatches}",
-                 f"optim.lr={LR}", "train.threads=1", f"seed={seed}"]
+                 f"optim.lr={LR}", "train.threads=1", f"seed={seed}", *task_overrides(task)]
     if model_dir is not None:
         overrides.append(f"model.path={model_dir}")
     recipe = load_recipe("grpo", [*overrides, *extra])
     return Trainer(recipe, Path(tempfile.mkdtemp(prefix="polo-bench-run-")), log=lambda *a: None)
 
 
-def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
+def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0, task: dict = ADDITION, config=None):
     """TRL's GRPOTrainer on the same work as :func:`polo_trainer`: same model folder, prompts (in polo's
     order), rewards, group size, completion cap, loss (``grpo`` = per-sequence token mean, PPO clip 0.2,
-    no KL), AdamW at the same lr, grad clip 1, ``setting.minibatches`` updates per generation batch, no vLLM. ``trainer.step_times``
-    (seconds between consecutive step ends) fills as ``trainer.train()`` runs."""
+    no KL), AdamW at the same lr, grad clip 1, ``setting.minibatches`` updates per generation batch, no vLLM, plus
+    ``config`` (more GRPOConfig fields). ``trainer.step_times`` (seconds between consecutive step ends) fills as
+    ``trainer.train()`` runs."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -211,9 +262,9 @@ def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
             trainer.step_times.append(now - self.last)
             self.last = now
 
-    examples = prompt_order(setting.prompts * steps, seed)  # steps generation batches (enough for the steps)
+    examples = prompt_order(setting.prompts * steps, seed, task)  # steps generation batches (enough for the steps)
     data = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
-    rewards, weights = reward_functions()
+    rewards, weights = reward_functions(task)
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), max_steps=steps, seed=seed,
         per_device_train_batch_size=setting.rows // setting.minibatches, steps_per_generation=setting.minibatches,
@@ -222,7 +273,7 @@ def trl_trainer(model_dir: Path, setting: Setting, steps: int, seed: int = 0):
         learning_rate=LR, lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0,
         max_grad_norm=1.0, beta=0.0, epsilon=0.2, loss_type="grpo", scale_rewards="group", reward_weights=weights,
         shuffle_dataset=False, use_vllm=False, use_cpu=True, bf16=False, logging_steps=1, save_strategy="no",
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
+        report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False, **(config or {}),
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

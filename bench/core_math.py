@@ -8,7 +8,10 @@
    trainer holds), ``Tensor.backward`` and ``optimizer.step``; non-model work = step − forward − backward.
    A torch.profiler pass then lists the ops that take the most self time outside forward/backward.
 
-    python bench/core_math.py [--quick]
+``--regime long`` (issue #14) runs part 2 only, on the base model with 8-digit ``addition_trace`` prompts,
+4 × 8 completions of ≤ 128 and ≤ 256 tokens, no zero-advantage rows skipped.
+
+    python bench/core_math.py [--quick] [--regime long]
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import PreTrainedModel
 
-from common import DEFAULT_SETTING, SETTINGS, interleaved, median, parse_args, polo_trainer, print_table, save_model
+from common import ADDITION, DEFAULT_SETTING, REGIME_OPTION, REGIMES, SETTINGS, interleaved, median, parse_args, polo_trainer, \
+    print_table, save_model
 from polo.core import aggregation  # noqa: F401  (registers the aggregations)
 from polo.core.advantages.gae import gae as gae_fn
 from polo.core.aggregation import StepCounts
@@ -130,11 +134,10 @@ def outside_model(prof, top: int) -> list[list]:
     return [[name, ms, n] for name, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]]
 
 
-def step_share(settings, steps: int) -> None:
-    model_dir = save_model()
+def step_share(settings, steps: int, size: str = "tiny", task: dict = ADDITION, extra=()) -> None:
     rows, evidence = [], {}
     for setting in settings:
-        trainer = polo_trainer(model_dir, setting)
+        trainer = polo_trainer(save_model(size, setting.eos_prob), setting, extra=extra, task=task)
         trainer.step()  # warm-up
         timers, shares = StepTimers(trainer), defaultdict(list)
         with timers.backward_timed():
@@ -166,7 +169,11 @@ def step_share(settings, steps: int) -> None:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
+    args = parse_args(__doc__.splitlines()[0], regime=REGIME_OPTION)
+    if args.regime == "long":
+        regime = REGIMES["long"]
+        return step_share(regime.settings, 2 if args.quick else 3, regime.size, regime.task,
+                          ("train.skip_zero_advantage_rows=false",))
     core_math([1024, 16384] if args.quick else [1024, 16384, 262144], 3 if args.quick else 7)
     step_share(SETTINGS + [DEFAULT_SETTING], 2 if args.quick else 6)
 

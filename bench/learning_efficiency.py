@@ -14,7 +14,14 @@ every seed next to polo (and polo at that setting's batch, minibatching and lr, 
 headline is the median over seeds of TRL seconds / polo seconds. A run that has not reached the target after
 ``--limit`` training seconds (checked at evaluations) stops there.
 
-    pip install -e '.[bench]' && python bench/learning_efficiency.py [--quick] [--limit SECONDS]
+Other tasks, models and recipes (the issue #14 ladder): ``--task NAME,KEY=VALUE,...`` (the task and its knobs,
+for both frameworks), ``--recipe`` (polo's recipe, default ``grpo``), ``--set KEY=VALUE ...`` (polo overrides for
+the warm start and every polo run: model size, context length, warm-start steps; the warm-start folder, and so
+TRL's model, follows them), ``--trl NAME ...`` (the TRL settings to sweep). TRL's completion cap is polo's
+(``rollout.max_new_tokens``, or the task's ``max_completion_chars`` + 1).
+
+    pip install -e '.[bench]' && python bench/learning_efficiency.py [--quick] [--limit SECONDS] \
+        [--task addition_trace,digits=3] [--recipe grpo] [--set model.tiny.preset=base ...] [--trl NAME ...]
 """
 from __future__ import annotations
 
@@ -23,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import median, parse_args, print_table, prompt_order, reward_functions
+from common import ADDITION, median, parse_args, parse_task, print_table, prompt_order, reward_functions, \
+    task_overrides
 
 import torch  # noqa: E402  (common sets the offline and thread environment first)
 
@@ -40,9 +48,9 @@ EVAL_PROMPTS = 64
 SEEDS = (0, 1, 2)
 
 
-# TRL: every run is one thread, CPU, no vLLM, in-memory dataset, no logging, completions capped at 4 tokens
-# (3 digits + EOS, polo's cap). Each setting lists what it changes relative to TRL 1.16's GRPOConfig defaults.
-TRL_FIXED = dict(max_completion_length=4, temperature=1.0, num_generations=8, use_vllm=False, use_cpu=True,
+# TRL: every run is one thread, CPU, no vLLM, in-memory dataset, no logging, completions capped at polo's cap
+# (addition: 4 tokens, 3 digits + EOS). Each setting lists what it changes relative to TRL 1.16's GRPOConfig defaults.
+TRL_FIXED = dict(temperature=1.0, num_generations=8, use_vllm=False, use_cpu=True,
                  bf16=False, report_to="none", logging_strategy="no", save_strategy="no", disable_tqdm=True,
                  dataloader_num_workers=0, shuffle_dataset=False)
 TUNED = dict(lr_scheduler_type="constant", optim="adamw_torch", gradient_checkpointing=False, loss_type="grpo")
@@ -118,14 +126,25 @@ class Outcome:
         return f"not reached in {seconds:.0f} s / {step} steps (final accuracy {acc:.3f})"
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What both frameworks run: polo's recipe (a shipped name or path), the task (``{"name": ..., **knobs}``)
+    and polo overrides shared by the warm start and every polo run."""
+
+    recipe: str = "grpo"
+    task: dict = field(default_factory=lambda: dict(ADDITION))
+    overrides: tuple[str, ...] = ()
+
+
 class Start:
     """One seed's starting point: the warm-start folder and polo's greedy held-out accuracy, the same for
     both trainers (the given model's weights are loaded into one polo Policy built from that folder)."""
 
-    def __init__(self, seed: int):
-        self.seed = seed
-        self.overrides = [f"seed={seed}", "train.threads=1"]
-        recipe = load_recipe("grpo", self.overrides)
+    def __init__(self, seed: int, setup: Setup):
+        self.seed, self.setup = seed, setup
+        self.overrides = [f"seed={seed}", "train.threads=1", *task_overrides(setup.task), *setup.overrides]
+        recipe = load_recipe(setup.recipe, self.overrides)
+        self.pool_size = recipe.train.train_pool
         self.task = build_task(recipe.task)
         self.folder = ensure_warm_start(recipe, self.task)
         self.policy = Policy.load(self.folder)
@@ -146,7 +165,7 @@ class Stop(Exception):
 
 def run_polo(start: Start, limit: float, overrides=()) -> Outcome:
     """``polo train grpo`` until the target; training seconds = ``elapsed_s`` minus the logged ``time/eval``."""
-    recipe = load_recipe("grpo", [*start.overrides, polo_eval_every(start.prompts_per_step), *overrides])
+    recipe = load_recipe(start.setup.recipe, [*start.overrides, polo_eval_every(start.prompts_per_step), *overrides])
     trainer = Trainer(recipe, Path(tempfile.mkdtemp(prefix="polo-le-")), log=lambda *a: None)
     out, eval_s = Outcome(start.target), 0.0
 
@@ -173,11 +192,12 @@ def trl_trainer(start: Start, config: dict):
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    rewards, weights = reward_functions()
+    rewards, weights = reward_functions(start.setup.task)
     args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="trl-le-"), reward_weights=weights, seed=start.seed,
-                      **{**TRL_FIXED, **config})
+                      max_completion_length=start.max_new_tokens, **{**TRL_FIXED, **config})
     prompts_per_step = args.per_device_train_batch_size // args.num_generations
-    examples = prompt_order(100_000, seed=start.seed)  # polo's stream: 20 shuffled passes over the pool
+    # polo's stream: 20 shuffled passes over the default pool
+    examples = prompt_order(100_000, start.seed, start.setup.task, start.pool_size)
     data = Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
     args.max_steps = len(examples) // prompts_per_step
     model = AutoModelForCausalLM.from_pretrained(start.folder, dtype=torch.float32, local_files_only=True)
@@ -190,7 +210,7 @@ def trl_trainer(start: Start, config: dict):
 def check_prompt_encoding(start: Start) -> str:
     """TRL tokenizes plain-string prompts with the tokenizer's special tokens (bos), as polo does."""
     trainer, _ = trl_trainer(start, {})
-    prompt = prompt_order(1, seed=start.seed)[0].prompt
+    prompt = prompt_order(1, start.seed, start.setup.task, start.pool_size)[0].prompt
     trl_ids = trainer._tokenize_prompts([prompt])[0][0]
     polo_ids = start.policy.encode_prompts([prompt])[0][0].tolist()
     assert list(trl_ids) == polo_ids, (trl_ids, polo_ids)
@@ -224,10 +244,17 @@ def run_trl(start: Start, config: dict, limit: float) -> Outcome:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], limit=dict(
-        type=float, default=None, help="training seconds per run before giving up (default 300; --quick 120)"))
+        type=float, default=None, help="training seconds per run before giving up (default 300; --quick 120)"),
+        task=dict(default="addition", help="NAME,KEY=VALUE,...: the task and its knobs"),
+        recipe=dict(default="grpo", help="polo's recipe"),
+        set=dict(nargs="*", default=[], metavar="KEY=VALUE", help="polo overrides (model, context, warm start)"),
+        trl=dict(nargs="+", default=None, choices=list(TRL_SETTINGS), metavar="NAME", help="TRL settings to sweep"))
     limit = args.limit or (120.0 if args.quick else 300.0)
     names, seeds = (QUICK_SETTINGS, SEEDS[:1]) if args.quick else (list(TRL_SETTINGS), SEEDS)
-    starts = {seed: Start(seed) for seed in seeds}
+    names = args.trl or names
+    setup = Setup(args.recipe, parse_task(args.task), tuple(args.set))
+    print(f"recipe {setup.recipe}, task {setup.task}, polo overrides {list(setup.overrides)}")
+    starts = {seed: Start(seed, setup) for seed in seeds}
     first = starts[seeds[0]]
     for s in starts.values():
         print(f"seed {s.seed}: warm start {s.folder}, greedy accuracy {s.warm:.3f}, target {s.target:.3f}")

@@ -7,24 +7,27 @@ backward of the GRPO loss (PPO clip 0.2 on the sampler's log-probs, per-sequence
 bench/train_step.py; the floor and polo (also without skipping zero-advantage rows, which the floor trains)
 alternate step by step.
 
-    python bench/minimal_grpo.py [--quick]
+``--regime long``: the base model, 8-digit ``addition_trace`` prompts, ≤ 128 and ≤ 256 tokens, polo without
+skipping only (common.Regime).
+
+    python bench/minimal_grpo.py [--quick] [--regime long]
 """
 from __future__ import annotations
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from common import CACHE_ARG, LR, SETTINGS, interleaved, median, paired_ratio, parse_args, polo_trainer, \
-    print_table, prompt_order, reward_functions, save_model
+from common import ADDITION, CACHE_ARG, LR, REGIME_OPTION, REGIMES, interleaved, median, paired_ratio, parse_args, \
+    polo_trainer, print_table, prompt_order, reward_functions, save_model
 
 
 class MinimalGRPO:
-    def __init__(self, model_dir, setting, seed: int = 0):
+    def __init__(self, model_dir, setting, seed: int = 0, task: dict = ADDITION):
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True)
         self.tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, weight_decay=0.0)
-        self.setting, self.rewards, self.weights = setting, *reward_functions()
-        self.examples = iter(prompt_order(setting.prompts * 1000, seed))
+        self.setting, self.rewards, self.weights = setting, *reward_functions(task)
+        self.examples = iter(prompt_order(setting.prompts * 1000, seed, task))
         self.generator = torch.Generator().manual_seed(seed + 1)
 
     @torch.no_grad()
@@ -80,22 +83,27 @@ class MinimalGRPO:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0])
-    reps = 4 if args.quick else 15
-    model_dir = save_model()
+    args = parse_args(__doc__.splitlines()[0], regime=REGIME_OPTION)
+    regime = REGIMES[args.regime]
+    reps, warmup = (4, 2) if args.quick else (15, 2) if regime.skipping else (3, 1)
     rows = []
-    for setting in SETTINGS:
-        polo, floor = polo_trainer(model_dir, setting), MinimalGRPO(model_dir, setting)
-        no_skip = polo_trainer(model_dir, setting, extra=("train.skip_zero_advantage_rows=false",))
-        times, out = interleaved({"polo": polo.step, "no-skip": no_skip.step, "floor": floor.step}, reps, warmup=2)
-        rows.append([setting.name, median([r["response/length"] for r in out["polo"]]), median(out["floor"]),
-                     median([r["frac_zero_adv_groups"] for r in out["polo"]]), median(times["polo"]),
-                     median(times["no-skip"]), median(times["floor"]), paired_ratio(times["polo"], times["floor"]),
-                     paired_ratio(times["no-skip"], times["floor"])])
+    for setting in regime.settings:
+        model_dir = save_model(regime.size, setting.eos_prob)
+        no_skip = polo_trainer(model_dir, setting, extra=("train.skip_zero_advantage_rows=false",), task=regime.task)
+        cases = {"no-skip": no_skip.step, "floor": MinimalGRPO(model_dir, setting, task=regime.task).step}
+        if regime.skipping:
+            cases = {"polo": polo_trainer(model_dir, setting, task=regime.task).step, **cases}
+        times, out = interleaved(cases, reps, warmup=warmup)
+        polo_runs = [name for name in cases if name != "floor"]
+        rows.append([setting.name, median([r["response/length"] for r in out["no-skip"]]), median(out["floor"]),
+                     median([r["frac_zero_adv_groups"] for r in out["no-skip"]]),
+                     *(median(times[name]) for name in cases),
+                     *(paired_ratio(times[name], times["floor"]) for name in polo_runs)])
         print(f"  {setting.name} done", flush=True)
-    print_table(f"GRPO step vs the hand-written floor (median of {reps} alternating steps)", [
-        "setting", "polo mean len", "floor mean len", "zero-adv groups", "polo s/step", "polo no-skip s/step",
-        "floor s/step", "polo / floor", "polo no-skip / floor"], rows)
+    header = ["setting", "polo mean len", "floor mean len", "zero-adv groups", *(f"{k} s/step" for k in cases),
+              *(f"{k} / floor" for k in polo_runs)]
+    print_table(f"GRPO step vs the hand-written floor, {args.regime} regime, {regime.size} model (median of {reps} "
+                f"alternating steps)", header, rows)
     print("\ntarget: polo / floor <= 1.05")
 
 

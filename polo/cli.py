@@ -1,4 +1,4 @@
-"""Command line: ``polo train | sft | pairs | eval | rm | rm-eval | export | arena | list | config``."""
+"""Command line: ``polo train | sft | pairs | eval | rm | rm-eval | export | arena | arena-claims | list | config``."""
 from __future__ import annotations
 
 import argparse
@@ -253,9 +253,23 @@ def cmd_arena(args) -> int:
             return 1
     report = write_report(arena, out, command)
     _log(f"report: {out / 'report.md'} and {out / 'report.html'}")
+    for claim in report.claims:
+        _log(f"claim {claim.claim.id}: {claim.verdict}")
     if report.missing:
         _log(f"[red]{len(report.missing)} run(s) did not finish[/red]: {', '.join(report.missing)}")
     return 1 if report.missing or any(status.values()) else 0
+
+
+def cmd_arena_claims(args) -> int:
+    from polo.arena.claims_gather import gather_markdown
+
+    text = gather_markdown(args.folders)
+    if args.out:
+        Path(args.out).write_text(text)
+        _log(f"claims of {len(args.folders)} arena(s): {args.out}")
+    else:
+        print(text, end="")
+    return 0
 
 
 def cmd_list(args) -> int:
@@ -357,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="output folder (default: runs/arena/<name>); rerun to resume")
     p.add_argument("--report-only", action="store_true", help="only write the report of the finished runs")
     p.set_defaults(func=cmd_arena)
+
+    p = sub.add_parser("arena-claims", help="the claims of several arena output folders (their summary.json) "
+                                            "in one Markdown table")
+    p.add_argument("folders", nargs="+", metavar="OUT", help="arena output folder (polo arena --out)")
+    p.add_argument("--out", help="Markdown file to write (default: print)")
+    p.set_defaults(func=cmd_arena_claims)
 
     p = sub.add_parser("list", help="every registered component and shipped recipe")
     p.set_defaults(func=cmd_list)

@@ -56,7 +56,9 @@ def test_no_chat_template_warning_when_none_is_asked_for(tiny, tmp_path):
 
 
 def test_chat_template_warning_names_the_setting_and_the_folder(tiny, tmp_path):
-    tiny_policy().save(tmp_path / "model")
+    policy = tiny_policy()
+    policy.tokenizer.chat_template = None  # a checkpoint without one (the built-in tokenizer has one)
+    policy.save(tmp_path / "model")
     task = build_task({"name": "addition"})
     recipe = load_recipe("grpo", [*tiny, f"model.path={tmp_path / 'model'}", "model.chat_template=true"])
     lines = []

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polo.arena.claims import ClaimResult, evaluate_claims
+from polo.arena.claims_report import CLAIMS_NOTE, claim_intro, claim_table, claims_json
 from polo.arena.configs import config_differences
 from polo.arena.plots import Figure, figures
 from polo.arena.runner import is_done, run_dir
@@ -33,6 +35,7 @@ class Report:
     missing: list[str]
     tables: list[Table]
     figures: list[Figure]
+    claims: list[ClaimResult]
 
 
 def collect(arena: Arena, out: Path) -> tuple[list[EntrySummary], list[str]]:
@@ -57,7 +60,9 @@ def build_report(arena: Arena, out: Path, command: str) -> Report:
     target = arena.file.target_accuracy
     tables = [ranking_table(ranked, len(arena.file.seeds)), results_table(entries, recipes, target),
               seeds_table(entries, target), config_table(config_differences(arena), list(arena.labels))]
-    return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target))
+    claims = evaluate_claims(arena.file.claims, entries, target)
+    return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target),
+                  claims)
 
 
 def _settings(report: Report) -> list[tuple[str, str]]:
@@ -70,12 +75,24 @@ def _settings(report: Report) -> list[tuple[str, str]]:
             ("target accuracy", f"{f.target_accuracy:g}"), ("written", time.strftime("%Y-%m-%d %H:%M:%S"))]
 
 
-def _md_table(t: Table) -> str:
+def md_grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table (``|`` in a cell escaped)."""
     cell = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = [f"## {t.title}", "", "| " + " | ".join(map(cell, t.header)) + " |",
-             "|" + "---|" * len(t.header)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in t.rows]
-    return "\n".join(lines + ["", t.note, ""])
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+
+
+def _md_table(t: Table) -> str:
+    return "\n".join([f"## {t.title}", "", *md_grid(t.header, t.rows), "", t.note, ""])
+
+
+def _md_claims(claims: list[ClaimResult]) -> list[str]:
+    parts = ["## Claims", "", CLAIMS_NOTE, ""]
+    for c in claims_json(claims):
+        t = claim_table(c)
+        parts += [f"### {t.title}", ""] + [line for p in claim_intro(c) for line in (p, "")]
+        parts += [*md_grid(t.header, t.rows), "", f"**{t.note}**", ""]
+    return parts
 
 
 def render_markdown(report: Report, figure_dir: str) -> str:
@@ -87,6 +104,7 @@ def render_markdown(report: Report, figure_dir: str) -> str:
         parts += ["", f"**Missing runs (not finished, left out):** {', '.join(report.missing)}"]
     parts.append("")
     parts += [_md_table(t) for t in report.tables]
+    parts += _md_claims(report.claims) if report.claims else []
     parts += ["## Learning curves", "", CURVES_NOTE, ""]
     parts += [f"![{fig.title}]({figure_dir}/{fig.stem}.png)" for fig in report.figures]
     return "\n".join(parts) + "\n"
@@ -108,11 +126,26 @@ if(i.complete&&i.naturalWidth>0)n++;});document.documentElement.setAttribute('da
 into ``data-figures-decoded``: both show in a headless browser's DOM dump."""
 
 
-def _html_table(t: Table) -> str:
+def _html_grid(t: Table) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in t.header)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in t.rows)
-    return f"<h2>{e(t.title)}</h2><table><tr>{head}</tr>{body}</table><p class='note'>{e(t.note)}</p>"
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _html_table(t: Table) -> str:
+    e = html.escape
+    return f"<h2>{e(t.title)}</h2>{_html_grid(t)}<p class='note'>{e(t.note)}</p>"
+
+
+def _html_claims(claims: list[ClaimResult]) -> str:
+    e = html.escape
+    out = f"<h2>Claims</h2><p class='note'>{e(CLAIMS_NOTE)}</p>"
+    for c in claims_json(claims):
+        t = claim_table(c)
+        out += (f"<h3>{e(t.title)}</h3>" + "".join(f"<p>{e(p)}</p>" for p in claim_intro(c))
+                + f"{_html_grid(t)}<p><b>{e(t.note)}</b></p>")
+    return out
 
 
 def render_html(report: Report) -> str:
@@ -127,6 +160,7 @@ def render_html(report: Report) -> str:
             f"<script>{_ERROR_HOOK}</script><style>{_CSS}</style></head><body>"
             f"<h1>Arena <code>{e(f.name)}</code></h1><p>{e(f.description)}</p><ul>{settings}</ul>{missing}"
             + "".join(_html_table(t) for t in report.tables)
+            + (_html_claims(report.claims) if report.claims else "")
             + f"<h2>Learning curves</h2><p class='note'>{e(CURVES_NOTE)}</p>"
               f"<div class='figs'>{figs}</div></body></html>\n")
 
@@ -144,6 +178,7 @@ def summary_json(report: Report) -> dict:
             "vs_best": None if r.vs_best is None else {**vars(r.vs_best.diff), "p_value": r.vs_best.p_value},
             "diagnostics": r.entry.diagnostics,
         } for r in report.ranked],
+        "claims": claims_json(report.claims),
     }
 
 

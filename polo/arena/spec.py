@@ -15,6 +15,8 @@ An arena file is YAML. Either a list of ``entries`` (each a recipe with its own 
       - {label: ppo_lr, recipe: ppo, overrides: [optim.lr=3e-4]}
 
 or, instead of ``entries``: ``recipe: grpo`` with ``variants: [{label: lr_low, overrides: [optim.lr=1e-4]}, ...]``.
+Optional ``claims``: papers' claims that compare two entries seed by seed (``Claim``; verdicts in
+polo.arena.claims, the format in docs/arena.md).
 A recipe is a shipped name, a path beside the arena file or a path from the working folder. Each run's
 overrides apply in this order: task, budget, common, the entry's own, the command line's, then
 ``seed=<seed>`` and ``train.threads=1``.
@@ -27,10 +29,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from polo.arena.claim_metrics import check_metric
 from polo.core.registry import ConfigError, Settings
 from polo.train.config import Recipe, load_recipe, resolve_shipped, validation_message
 from polo.train.yaml_files import read_yaml_mapping
@@ -68,6 +71,47 @@ class Variant(Settings):
     overrides: list[str] = []
 
 
+class ClaimTest(Settings):
+    """One test of a claim on the per-seed difference ``d`` (treatment − baseline, negated when lower is
+    better): superiority asks ``d > margin``, non-inferiority asks ``d > −margin`` (polo.arena.claims)."""
+
+    metric: str
+    """A metric of polo.arena.claim_metrics: final_accuracy, best_accuracy, accuracy_gain, auc,
+    time_to_target, steps_to_target, mean:<key> or last:<key>."""
+    direction: Literal["higher", "lower"]
+    """Which way is better for the treatment."""
+    kind: Literal["superiority", "non_inferiority"] = "superiority"
+    margin: float = Field(0.0, ge=0)
+    """In the metric's units: superiority needs the gain above it, non-inferiority allows a loss up to it."""
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, name: str) -> str:
+        return check_metric(name)
+
+
+class Claim(Settings):
+    """A paper's headline claim, stated in one sentence and checked by comparing two entries seed by seed;
+    it holds when every one of its tests holds."""
+
+    id: str = Field(pattern=LABEL_PATTERN)
+    statement: str = Field(min_length=1)
+    """The claim in one sentence."""
+    paper: str = Field(min_length=1)
+    """Title and arXiv id of the paper that makes the claim."""
+    treatment: str
+    """Label of the entry the claim is about."""
+    baseline: str
+    """Label of the entry it is compared with."""
+    tests: list[ClaimTest] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _two_entries(self) -> "Claim":
+        if self.treatment == self.baseline:
+            raise ValueError(f"claim {self.id!r}: treatment and baseline are the same entry {self.treatment!r}")
+        return self
+
+
 class ArenaFile(Settings):
     name: str = Field(pattern=LABEL_PATTERN)
     description: str = ""
@@ -80,6 +124,7 @@ class ArenaFile(Settings):
     entries: list[Entry] = []
     recipe: str | None = None
     variants: list[Variant] = []
+    claims: list[Claim] = []
 
     @model_validator(mode="after")
     def _one_form(self) -> "ArenaFile":
@@ -91,6 +136,9 @@ class ArenaFile(Settings):
             raise ValueError("'variants' need a 'recipe'")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds repeat: {self.seeds}")
+        ids = [c.id for c in self.claims]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
         return self
 
     def resolved_entries(self) -> list[Entry]:
@@ -166,6 +214,11 @@ def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
     labels = [e.label for e in entries]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"invalid arena file {path}: entry labels repeat: {labels} (set 'label' on each entry)")
+    for claim in spec.claims:
+        for role in ("treatment", "baseline"):
+            if getattr(claim, role) not in labels:
+                raise ConfigError(f"invalid arena file {path}: claim {claim.id!r}: {role} {getattr(claim, role)!r} "
+                                  f"is not an entry label; labels: {', '.join(labels)}")
     common = task_overrides(spec.task) + spec.budget.overrides() + list(spec.overrides)
     runs = []
     for entry in entries:

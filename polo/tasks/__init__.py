@@ -1,7 +1,11 @@
 """Verifiable tasks and reward functions.
 
 Built-in tasks: ``addition`` (knob ``digits``), ``countdown`` (``count``, ``max_value``), ``reverse`` and
-``sort`` (``length``), ``jsonl`` (a user file: ``path``, ``verifier``), ``dataset`` (local data read
+``sort`` (``length``), ``word_problems`` (traced arithmetic stories: ``ops``, ``distractors``,
+``max_value``), ``addition_trace`` (``digits``) and ``multiplication_trace`` (``digits_a``, ``digits_b``):
+the carries written out column by column, ``countdown_trace`` (``count``, ``max_value``, ``dead_ends``: countdown
+with its depth-first search written out), ``sort_trace`` (``length``: selection sort written out),
+``jsonl`` (a user file: ``path``, ``verifier``), ``dataset`` (local data read
 with the optional ``datasets`` library: ``path``, ``prompt_column``, ``answer_column``, ...). Built-in generic rewards:
 ``exact_match``, ``numeric_match``, ``contains_answer``, ``digit_match``, ``char_match``; every task also
 has ``correct`` (its verifier), and ``countdown`` has ``format`` and ``closeness``.

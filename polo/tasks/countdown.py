@@ -43,6 +43,27 @@ def closeness(value: int | None, target: int) -> float:
     return 0.0 if value is None else max(0.0, 1.0 - abs(value - target) / max(abs(target), 1))
 
 
+def draw_countdown(rng: random.Random, count: int, max_value: int) -> Example:
+    """One countdown problem (module docstring): ``count`` numbers in ``1..max_value`` and the positive value
+    of a random left-to-right ``+ - *`` expression over all of them, kept as column ``solution``."""
+    while True:
+        numbers = [rng.randint(1, max_value) for _ in range(count)]
+        text, value, low_precedence = str(numbers[0]), numbers[0], False
+        for x in numbers[1:]:
+            op = rng.choice("+-*")
+            if op == "*":
+                text = f"({text})*{x}" if low_precedence else f"{text}*{x}"
+                value *= x
+            else:
+                text = f"{text}{op}{x}"
+                value = value + x if op == "+" else value - x
+            low_precedence = op != "*"
+        if value > 0:
+            break
+    prompt = " ".join(map(str, sorted(numbers))) + f">{value}:"
+    return Example(prompt, str(value), {"numbers": tuple(sorted(numbers)), "solution": text})
+
+
 @register_task("countdown")
 class Countdown(Task):
     """Countdown numbers game; difficulty knobs ``count`` and ``max_value``."""
@@ -62,22 +83,7 @@ class Countdown(Task):
         return self.count * len(str(self.max_value)) + 3 * (self.count - 1)
 
     def sample(self, rng: random.Random) -> Example:
-        while True:
-            numbers = [rng.randint(1, self.max_value) for _ in range(self.count)]
-            text, value, low_precedence = str(numbers[0]), numbers[0], False
-            for x in numbers[1:]:
-                op = rng.choice("+-*")
-                if op == "*":
-                    text = f"({text})*{x}" if low_precedence else f"{text}*{x}"
-                    value *= x
-                else:
-                    text = f"{text}{op}{x}"
-                    value = value + x if op == "+" else value - x
-                low_precedence = op != "*"
-            if value > 0:
-                break
-        prompt = " ".join(map(str, sorted(numbers))) + f">{value}:"
-        return Example(prompt, str(value), {"numbers": tuple(sorted(numbers)), "solution": text})
+        return draw_countdown(rng, self.count, self.max_value)
 
     def demonstration(self, example: Example) -> str:
         return example.columns["solution"]

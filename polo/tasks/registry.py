@@ -8,7 +8,9 @@ from polo.core.registry import Registry
 from polo.tasks.base import Task
 from polo.tasks.paths import data_path_knobs
 
-TASKS: Registry = Registry("task", ("polo.tasks.preferences", "polo.tasks.code"))
+TASKS: Registry = Registry("task", ("polo.tasks.preferences", "polo.tasks.code", "polo.tasks.addition_trace",
+                                        "polo.tasks.multiplication_trace", "polo.tasks.word_problems",
+                                        "polo.tasks.countdown_trace", "polo.tasks.sort_trace"))
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:

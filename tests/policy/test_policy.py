@@ -144,3 +144,18 @@ def test_entropy_as_a_metric_has_no_autograd_history(policy, f32):
     with_grad = policy.forward_logp(*batch(policy), return_entropy=True)["entropy"]
     assert with_grad.requires_grad
     same_computation(out["entropy"], with_grad.detach(), f32)
+
+
+def test_presets_size_the_builtin_model_and_keys_override_them():
+    from polo.core.registry import ConfigError
+    from polo.train.config import load_recipe
+
+    base = load_recipe("grpo", ["model.tiny.preset=base"]).model.tiny
+    assert (base.hidden_size // base.num_heads, base.num_layers, base.max_position_embeddings) == (64, 6, 512)
+    assert load_recipe("grpo", ["model.tiny.preset=base", "model.tiny.num_layers=8"]).model.tiny.num_layers == 8
+    default = load_recipe("grpo").model.tiny
+    assert (default.preset, default.hidden_size, default.num_layers) == ("tiny", 128, 2)
+    again = type(base).model_validate(base.model_dump())  # a run folder's config reads back to the same size
+    assert again == base
+    with pytest.raises(ConfigError, match="preset"):
+        load_recipe("grpo", ["model.tiny.preset=huge"])

@@ -33,3 +33,14 @@ def test_save_and_reload(tmp_path):
     assert again.encode(text) == tok.encode(text)
     assert again.decode(again.encode(text, add_special_tokens=False)) == text
     assert (again.pad_token_id, again.bos_token_id, again.eos_token_id) == (0, 1, tok.eos_token_id)
+
+
+def test_chat_template_renders_role_lines_and_survives_a_save(tmp_path):
+    tok = build_char_tokenizer()
+    messages = [{"role": "system", "content": "Add."}, {"role": "user", "content": "1+2="}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == "<system>Add.\n<user>1+2=\n<assistant>"
+    assert len(tok.encode(text, add_special_tokens=False)) == len(text)  # every character is in the vocabulary
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert again.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == text

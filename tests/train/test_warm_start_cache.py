@@ -137,3 +137,18 @@ def test_concurrent_builders_build_once(tmp_path, tiny, cache, monkeypatch):
     assert len(paths) == 2 and paths[0] == paths[1] and verify_entry(paths[0]) is None
     assert _trained(first_lines) and not _trained(second_lines)
     assert len(second_lines) == 1 and "waiting for the lock" in second_lines[0]
+
+
+def test_the_base_preset_warm_starts_on_a_ladder_task_through_the_cache(cache):
+    recipe = load_recipe("grpo", [*QUICK, "warm_start.target_accuracy=null", "model.tiny.preset=base",
+                                  "task.name=addition_trace", "task.digits=2"])
+    path, lines = _ensure(recipe)
+    assert _trained(lines) and verify_entry(path) is None
+    config = json.loads((path / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["hidden_size"] // config["num_attention_heads"]) == (6, 64)
+    assert config["max_position_embeddings"] == 512
+    again, lines = _ensure(recipe)
+    assert again == path and not _trained(lines)  # cached: the second call trains nothing
+    assert Policy.load(path).tokenizer.chat_template is not None
+    assert warm_start_key(recipe) != warm_start_key(load_recipe("grpo", [*QUICK, "warm_start.target_accuracy=null",
+                                                                         "task.name=addition_trace", "task.digits=2"]))
