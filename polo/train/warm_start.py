@@ -59,13 +59,20 @@ def task_files(config: object) -> dict[str, str]:
     return found
 
 
+def task_knobs(config: dict) -> dict:
+    """The task config with every knob filled in, defaults included: a task whose default changes gets a new key."""
+    from polo.tasks import build_task
+
+    return {"name": config["name"], **build_task(config).model_dump(mode="json")}
+
+
 def warm_start_key(recipe: Recipe) -> str:
-    """Hash of everything that determines the warm start: the task config, the contents (sha256) of
+    """Hash of everything that determines the warm start: the task config with its defaults filled in, the contents (sha256) of
     every file it names (the rule: any string value of ``recipe.task``, at any depth, that is a path to an
     existing file, e.g. the ``jsonl`` task's ``path``), the built-in model's shape, the warm-start
     settings and the seed. Editing a task's data file therefore gives a new key, and a new warm start."""
-    tree = {"task": recipe.task, "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
-            "seed": recipe.seed, "version": 2}
+    tree = {"task": task_knobs(recipe.task), "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
+            "seed": recipe.seed, "version": 3}
     files = task_files(recipe.task)
     if files:  # only then: tasks without files keep their keys (old entries are verified, then rebuilt)
         tree["files"] = files

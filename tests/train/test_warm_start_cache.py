@@ -53,14 +53,18 @@ def test_editing_the_jsonl_file_gives_a_new_warm_start(tmp_path, tiny, cache):
     assert second != first and _trained(lines) and verify_entry(second) is None
 
 
-def test_tasks_without_files_keep_their_key(tiny):
-    """Only file contents join the key: a built-in task's entry keeps its key (and is verified, not orphaned)."""
+def test_tasks_without_files_hash_their_knobs_with_defaults_filled_in(tiny):
+    """Only file contents join the key beside the config; the task's knobs are hashed with their defaults, so
+    writing a default out gives the same entry and changing a task's default (``digits``) would give a new one."""
     import hashlib
 
     recipe = load_recipe("grpo", tiny)
-    old = json.dumps({"task": recipe.task, "tiny": recipe.model.tiny.model_dump(),
-                      "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 2}, sort_keys=True)
-    assert warm_start_key(recipe) == hashlib.sha256(old.encode()).hexdigest()[:16]
+    knobs = {"name": "addition", "test_fraction": 0.1, "digits": 2}
+    expected = json.dumps({"task": knobs, "tiny": recipe.model.tiny.model_dump(),
+                           "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 3}, sort_keys=True)
+    assert warm_start_key(recipe) == hashlib.sha256(expected.encode()).hexdigest()[:16]
+    assert warm_start_key(load_recipe("grpo", [*tiny, "task.digits=2"])) == warm_start_key(recipe)
+    assert warm_start_key(load_recipe("grpo", [*tiny, "task.digits=3"])) != warm_start_key(recipe)
 
 
 @pytest.mark.parametrize("damage", ["truncate_weights", "drop_manifest", "drop_tokenizer"])
