@@ -32,7 +32,7 @@ def test_unknown_keys_without_a_close_match_still_list_the_valid_ones():
     assert "did you mean" not in str(err.value)
     with pytest.raises(ConfigError, match=r"unknown key 'sed' \(did you mean seed\? valid keys at the top level: name"):
         load_recipe("grpo", ["sed=1"])
-    with pytest.raises(ConfigError, match=r"did you mean model.tiny.hidden_size\? valid keys in model.tiny: arch"):
+    with pytest.raises(ConfigError, match=r"did you mean model.tiny.hidden_size\? valid keys in model.tiny: preset, arch"):
         load_recipe("grpo", ["model.tiny.hiden_size=64"])
 
 
