@@ -37,11 +37,6 @@ class Caps:
         return cls(max((r.wall_s for r in runs), default=0.0), max((r.steps for r in runs), default=0))
 
 
-def _steps_to(run: RunResult, target: float) -> int | None:
-    """Step of the first evaluation at or above ``target``; None if never."""
-    return next((step for step, _, acc in run.evals() if acc >= target), None)
-
-
 def _mean_after_start(run: RunResult) -> float | None:
     after = [acc for step, _, acc in run.evals() if step > 0]
     return sum(after) / len(after) if after else None
@@ -82,10 +77,9 @@ def run_metric(run: RunResult, name: str, target: float, caps: Caps) -> float | 
         return run.diagnostic((key,))
     if prefix == "last":
         return _last(run, key)
-    if name == "time_to_target":
-        seconds = run.time_to(target)
-        return caps.seconds if seconds is None else seconds
-    if name == "steps_to_target":
-        steps = _steps_to(run, target)
-        return float(caps.steps if steps is None else steps)
+    if name in ("time_to_target", "steps_to_target"):
+        first = run.reaching(target)
+        if name == "time_to_target":
+            return caps.seconds if first is None else first[1]
+        return float(caps.steps if first is None else first[0])
     return _ACCURACY[name](run) if run.evals() else None

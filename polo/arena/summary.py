@@ -49,9 +49,14 @@ class RunResult:
     def wall_s(self) -> float:
         return self.rows[-1].get("elapsed_s") or 0.0
 
+    def reaching(self, target: float) -> tuple[int, float] | None:
+        """(step, training seconds) of the first evaluation at or above ``target``; None if never."""
+        return next(((step, t) for step, t, acc in self.evals() if acc >= target), None)
+
     def time_to(self, target: float) -> float | None:
         """Training seconds until the first evaluation at or above ``target``; None if never."""
-        return next((t for _, t, acc in self.evals() if acc >= target), None)
+        first = self.reaching(target)
+        return None if first is None else first[1]
 
     def diagnostic(self, keys: tuple[str, ...]) -> float | None:
         values = [sum(r[k] for k in keys) for r in self.rows if all(r.get(k) is not None for k in keys)]

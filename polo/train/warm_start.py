@@ -59,20 +59,22 @@ def task_files(config: object) -> dict[str, str]:
     return found
 
 
-def task_knobs(config: dict) -> dict:
-    """The task config with every knob filled in, defaults included: a task whose default changes gets a new key."""
+def task_knobs(config: dict, task: Task | None = None) -> dict:
+    """The task config with every knob filled in, defaults included (a task whose default changes gets a new key),
+    read from ``task`` when the caller has built it from ``config`` already (a data task reads its file when built)."""
     from polo.tasks import build_task
 
-    return {"name": config["name"], **build_task(config).model_dump(mode="json")}
+    return {"name": config["name"], **(build_task(config) if task is None else task).model_dump(mode="json")}
 
 
-def warm_start_key(recipe: Recipe) -> str:
-    """Hash of everything that determines the warm start: the task config with its defaults filled in, the contents (sha256) of
-    every file it names (the rule: any string value of ``recipe.task``, at any depth, that is a path to an
-    existing file, e.g. the ``jsonl`` task's ``path``), the built-in model's shape, the warm-start
-    settings and the seed. Editing a task's data file therefore gives a new key, and a new warm start."""
-    tree = {"task": task_knobs(recipe.task), "tiny": recipe.model.tiny.model_dump(), "warm": recipe.warm_start.model_dump(),
-            "seed": recipe.seed, "version": 3}
+def warm_start_key(recipe: Recipe, task: Task | None = None) -> str:
+    """Hash of everything that determines the warm start: the task config with its defaults filled in (from
+    ``task``, the recipe's task already built, when given), the contents (sha256) of every file it names (the
+    rule: any string value of ``recipe.task``, at any depth, that is a path to an existing file, e.g. the
+    ``jsonl`` task's ``path``), the built-in model's shape, the warm-start settings and the seed. Editing a
+    task's data file therefore gives a new key, and a new warm start."""
+    tree = {"task": task_knobs(recipe.task, task), "tiny": recipe.model.tiny.model_dump(),
+            "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 3}
     files = task_files(recipe.task)
     if files:  # only then: tasks without files keep their keys (old entries are verified, then rebuilt)
         tree["files"] = files
@@ -133,7 +135,7 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
 def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
     """Path of the warm-started built-in model for this recipe, training it first if it is not cached or
     its cache entry fails verification (then it is rebuilt, with a log line saying why)."""
-    key = warm_start_key(recipe)
+    key = warm_start_key(recipe, task)
     target = cache_root() / "warm_start" / key
     if verify_entry(target) is None:
         return target
