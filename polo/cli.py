@@ -17,7 +17,16 @@ def _log(msg: str) -> None:
     console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}")
 
 
-def _progress_bar(total: int, start: int):
+def _language_model_info(row: dict) -> tuple[str, bool]:
+    info = f"reward {row['reward/total']:.3f}  acc {row['train/accuracy']:.3f}"
+    if "eval/greedy_accuracy" in row:
+        return info + f"  eval {row['eval/greedy_accuracy']:.3f}", True
+    return info, False
+
+
+def _progress_bar(total: int, start: int, describe=_language_model_info):
+    """A rich progress bar and its ``update(step, row)``; ``describe(row)`` → (text, whether it is an evaluation
+    row, which is also logged when the console is not a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -25,11 +34,9 @@ def _progress_bar(total: int, start: int):
     task = bar.add_task("train", total=total, completed=start, info="")
 
     def update(step: int, row: dict) -> None:
-        info = f"reward {row['reward/total']:.3f}  acc {row['train/accuracy']:.3f}"
-        if "eval/greedy_accuracy" in row:
-            info += f"  eval {row['eval/greedy_accuracy']:.3f}"
-            if not console.is_terminal:
-                _log(f"step {step}: {info}")
+        info, evaluated = describe(row)
+        if evaluated and not console.is_terminal:
+            _log(f"step {step}: {info}")
         bar.update(task, completed=step, info=info)
 
     return bar, update
@@ -41,6 +48,9 @@ def cmd_train(args) -> int:
     from polo.train.ray_learners import train_on_ray
     from polo.train.trainer import Trainer, resume
 
+    control = _control_run(args)
+    if control is not None:
+        return control
     on_ray = "WORLD_SIZE" not in os.environ  # under torchrun, torchrun's ranks are the learners
     if args.resume:
         extra = [args.recipe] if args.recipe else []
@@ -71,6 +81,44 @@ def cmd_train(args) -> int:
     with bar:
         rows = trainer.run(update)
     return _report(rows, trainer.run_dir)
+
+
+def _control_run(args) -> int | None:
+    """``polo train`` of a control recipe (``kind: control``) or ``--resume`` of a control run; None otherwise."""
+    from polo.core.registry import ConfigError
+    from polo.train.control.recipe import control_recipe_path, load_control_recipe
+    from polo.train.control.trainer import ControlTrainer, resume_control
+    from polo.train.yaml_files import read_yaml_mapping
+
+    if args.resume:
+        config = Path(args.resume) / "config.yaml"
+        if not config.is_file() or read_yaml_mapping(config, "a run configuration").get("kind") != "control":
+            return None
+        extra = [args.recipe] if args.recipe else []
+        if any("=" not in e for e in extra) or args.run_dir:
+            raise ConfigError("polo train --resume RUN takes no recipe and no --run-dir")
+        trainer = resume_control(Path(args.resume), _log, [*extra, *args.overrides])
+    else:
+        path = control_recipe_path(args.recipe) if args.recipe else None
+        if path is None:
+            return None
+        trainer = ControlTrainer(load_control_recipe(path, args.overrides), args.run_dir, _log)
+    _log(f"run folder: {trainer.run_dir}")
+    headline = trainer.headline
+
+    def describe(row: dict) -> tuple[str, bool]:
+        info = "  ".join(f"{k.split('/')[-1]} {row[k]:.3f}" for k in ("train/episode_return",) if k in row)
+        if headline in row:
+            return f"{info}  {headline} {row[headline]:.3f}", True
+        return info, False
+
+    bar, update = _progress_bar(trainer.method.iterations, trainer.iteration, describe)
+    with bar:
+        rows = trainer.run(update)
+    evals = [r for r in rows if headline in r]
+    _log(f"{headline}: {evals[0][headline]:.3f} (iteration {evals[0]['step']}) -> {evals[-1][headline]:.3f} "
+         f"(iteration {evals[-1]['step']}); curves: {trainer.run_dir / 'curves.png'}")
+    return 0
 
 
 def _report(rows: list[dict], run_dir: Path) -> int:

@@ -26,7 +26,8 @@ from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
 ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn",
-                                       "polo.rollout.guided", "polo.rollout.pairs"), default="single_turn")
+                                       "polo.rollout.guided", "polo.rollout.pairs", "polo.rollout.gym_engine"),
+                             default="single_turn")
 
 
 @dataclass

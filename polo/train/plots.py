@@ -14,14 +14,16 @@ PANELS = (
 )
 
 
-def plot_run(rows: list[dict[str, Any]], out: Path, title: str = "") -> None:
+def plot_run(rows: list[dict[str, Any]], out: Path, title: str = "",
+             panels: tuple[tuple[str, str], ...] = PANELS) -> None:
+    """Six panels (metric key, title) of ``rows`` against their step; evaluation keys (``eval/*``) with markers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-    for ax, (key, label) in zip(axes.flat, PANELS):
+    for ax, (key, label) in zip(axes.flat, panels):
         points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
         if points:
             xs, ys = zip(*points)

@@ -1,0 +1,22 @@
+"""polo's own gymnasium environments, registered under ``polo/NAME-v0`` the first time one is made."""
+from __future__ import annotations
+
+BUILTIN_ENVIRONMENTS: dict[str, str] = {}
+"""gymnasium id → ``module:Class`` entry point (each method's demo environment adds its line)."""
+
+
+def gymnasium():
+    """The gymnasium module, or an ImportError naming the extra that installs it."""
+    try:
+        import gymnasium
+    except ImportError as err:  # pragma: no cover - the extra is installed in CI
+        raise ImportError("control environments need gymnasium: pip install 'polo[control]'") from err
+    return gymnasium
+
+
+def register_builtin_environments() -> None:
+    """Register every entry of ``BUILTIN_ENVIRONMENTS`` with gymnasium (idempotent)."""
+    gym = gymnasium()
+    for env_id, entry_point in BUILTIN_ENVIRONMENTS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point=entry_point)
