@@ -11,10 +11,13 @@ import textwrap
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
+from polo.policy.control.base import CONTROL_POLICIES
 from polo.policy.roles import ROLES
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
 from polo.train.config import RECIPES_DIR
+from polo.train.control.method import CONTROL_METHODS
+from polo.train.control.recipe import CONTROL_RECIPES_DIR
 from polo.train.yaml_files import read_yaml_mapping
 
 STAGE_KEYS = ("engine", "prompt_sampler", "shaping", "advantage", "credit", "policy_loss", "aggregation",
@@ -23,7 +26,7 @@ PROVENANCE_ORDER = ("CODE", "PAPER", "SECONDARY", "RECONSTRUCTED")
 REGISTRIES = {"engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "shaping": SHAPING, "advantage": ADVANTAGES,
               "credit": CREDIT, "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS,
               "regularizers": REGULARIZERS, "optimizer_hook": OPTIMIZER_HOOKS}
-ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES)
+ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES)
 DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if registry.default}
 
 
@@ -96,6 +99,23 @@ def recipe_rows() -> list[dict]:
     return rows
 
 
+def control_recipe_rows() -> list[dict]:
+    """One row per shipped control recipe (polo/recipes/control): its method, policy and environment, the
+    papers of the method and the policy, and the weaker provenance of the two."""
+    rows = []
+    for path in sorted(CONTROL_RECIPES_DIR.glob("*.yaml")):
+        tree = read_yaml_mapping(path, "a recipe")
+        method = CONTROL_METHODS.get(tree.get("method", CONTROL_METHODS.default))
+        policy_name = _names(tree.get("policy"))
+        classes = [method, *(CONTROL_POLICIES.get(n) for n in policy_name if n in CONTROL_POLICIES)]
+        env = tree.get("env", {}).get("id", "") if isinstance(tree.get("env"), dict) else ""
+        rows.append({"recipe": path.stem, "description": tree.get("description", ""),
+                     "method": method.registry_name, "policy": "+".join(policy_name), "env": env,
+                     "papers": sorted({c.paper for c in classes if c.paper}),
+                     "provenance": max((c.provenance for c in classes), key=PROVENANCE_ORDER.index)})
+    return rows
+
+
 def catalog_text() -> str:
     from polo.tasks import task_names
     from polo.tasks.rewards import reward_names
@@ -120,6 +140,11 @@ def catalog_text() -> str:
         parts = " ".join(f"{k}={'+'.join(v)}" for k, v in row["parts"].items() if v)
         lines.append(f"  {row['recipe']:<18}{row['description']}")
         lines.append(f"  {'':<18}{parts}  [{row['provenance']}]")
+    lines.append("control recipes (kind: control, docs/control.md):")
+    for row in control_recipe_rows():
+        lines.append(f"  {row['recipe']:<26}{short(row['description'])}")
+        lines.append(f"  {'':<26}method={row['method']} policy={row['policy'] or '-'} env={row['env'] or '-'}  "
+                     f"[{row['provenance']}]")
     return "\n".join(lines)
 
 
@@ -135,6 +160,11 @@ def catalog_markdown() -> str:
         parts = "<br>".join(f"{k}: `{'`, `'.join(v)}`" for k, v in row["parts"].items() if v)
         out.append(f"| `{row['recipe']}` | {row['description']} | {parts} | {'; '.join(row['papers'])} | "
                    f"{row['provenance']} |")
+    out += ["", "## Control methods (recipes in polo/recipes/control)", "",
+            "| recipe | method | policy | environment | papers | provenance |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in control_recipe_rows():
+        out.append(f"| `{row['recipe']}` | {row['description']} (`{row['method']}`) | `{row['policy'] or '-'}` | "
+                   f"{row['env'] or '-'} | {'; '.join(row['papers'])} | {row['provenance']} |")
     for registry in ALL_REGISTRIES:
         entries = list(registry)
         out += ["", f"## {registry.kind} ({len(entries)})", "", "| name | what | paper | provenance |",

@@ -83,16 +83,37 @@ def cmd_train(args) -> int:
     return _report(rows, trainer.run_dir)
 
 
+def _is_control_run(run: Path) -> bool:
+    from polo.train.yaml_files import read_yaml_mapping
+
+    config = run / "config.yaml"
+    return config.is_file() and read_yaml_mapping(config, "a run configuration").get("kind") == "control"
+
+
+def _eval_control(run: Path) -> int:
+    """``polo eval`` of a control run: its method's evaluation of the last checkpoint (deterministic policy)."""
+    from polo.core.registry import ConfigError
+    from polo.train.checkpoint import latest_checkpoint
+    from polo.train.control.recipe import load_control_run_config
+    from polo.train.control.trainer import ControlTrainer
+
+    ckpt = latest_checkpoint(run)
+    if ckpt is None:
+        raise ConfigError(f"{run} has no checkpoint that verifies")
+    trainer = ControlTrainer(load_control_run_config(run), run, log=lambda m: None)
+    trainer.restore(ckpt)
+    print(json.dumps({"checkpoint": str(ckpt), "iteration": trainer.iteration, **trainer.method.evaluate()}, indent=2))
+    return 0
+
+
 def _control_run(args) -> int | None:
     """``polo train`` of a control recipe (``kind: control``) or ``--resume`` of a control run; None otherwise."""
     from polo.core.registry import ConfigError
     from polo.train.control.recipe import control_recipe_path, load_control_recipe
     from polo.train.control.trainer import ControlTrainer, resume_control
-    from polo.train.yaml_files import read_yaml_mapping
 
     if args.resume:
-        config = Path(args.resume) / "config.yaml"
-        if not config.is_file() or read_yaml_mapping(config, "a run configuration").get("kind") != "control":
+        if not _is_control_run(Path(args.resume)):
             return None
         extra = [args.recipe] if args.recipe else []
         if any("=" not in e for e in extra) or args.run_dir:
@@ -195,6 +216,8 @@ def cmd_eval(args) -> int:
     run = Path(args.run)
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} is not a run folder (no config.yaml)")
+    if _is_control_run(run):
+        return _eval_control(run)
     if args.size is not None and args.size < 1:
         raise ConfigError(f"--size must be at least 1, got {args.size}")
     if args.show < 0:
@@ -331,9 +354,15 @@ def cmd_config(args) -> int:
     from polo.config_reference import resolved_text
     from polo.train.config import load_recipe
 
+    from polo.train.control.recipe import control_recipe_path, dump_tree, load_control_recipe
+
     recipe, overrides = args.recipe, list(args.overrides)
     if recipe and "=" in recipe:  # `polo config optim.lr=1e-3`: overrides of the defaults
         recipe, overrides = None, [recipe, *overrides]
+    control = control_recipe_path(recipe) if recipe else None
+    if control is not None:  # a control recipe: every setting, defaults filled in (docs/config.md describes them)
+        print(dump_tree(load_control_recipe(control, overrides).tree()), end="")
+        return 0
     print(resolved_text(load_recipe(recipe or {}, overrides)))
     return 0
 

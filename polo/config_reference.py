@@ -163,6 +163,29 @@ def _section_rows(items: list[Key]) -> list[list[str]]:
             if k.key in COMPONENTS else row for k, row in zip(items, _key_rows(items))]
 
 
+def control_reference() -> list[str]:
+    """The keys of control recipes (``kind: control``): the run's own, each method's, each control policy's."""
+    from polo.policy.control.base import CONTROL_POLICIES
+    from polo.train.control.method import CONTROL_METHODS
+    from polo.train.control.recipe import ControlRecipe
+
+    header = ["key", "type", "default", "description"]
+    run = [k for k in keys(ControlRecipe) if k.key != "method" and not k.key.startswith("method.")]
+    out = ["", "## Control recipes", "",
+           "A control recipe (`kind: control`, polo/recipes/control, docs/control.md) has the run keys below; "
+           "`method` names its training loop, and every other top-level key is a setting of that method.", "",
+           *_table(header, _key_rows(run))]
+    for name, cls in CONTROL_METHODS:
+        if cls.__module__.split(".")[0] != "polo":
+            continue
+        out += ["", f"### method: {name}", "", summary(cls), "", *_table(header, _key_rows(keys(cls)))]
+    rows = [[f"`{name}`", *(row or ["(no knobs)", "", "", ""])] for name, cls in CONTROL_POLICIES
+            if cls.__module__.split(".")[0] == "polo" for row in (_key_rows(keys(cls)) or [None])]
+    out += ["", "### policy", "", f"Built-in control policies ({len(list(CONTROL_POLICIES))}); "
+            f"default `{CONTROL_POLICIES.default}`.", "", *_table(["name", "knob", "type", "default", "description"], rows)]
+    return out
+
+
 def reference_markdown() -> str:
     """docs/config.md."""
     header = ["key", "type", "default", "description"]
@@ -191,6 +214,7 @@ def reference_markdown() -> str:
         default = f" Default: `{registry.default}`." if registry.default else ""
         out += ["", f"### {key}", "", f"Built-in {registry.kind} components ({len(builtin)}).{default}", "",
                 *_table(["name", "knob", "type", "default", "description"], rows)]
+    out += control_reference()
     out += ["", "## Coming from TRL or verl", "",
             "TRL `GRPOConfig` fields and verl keys, and the polo keys that do the same. polo runs one process, so "
             "batch sizes are totals: a rollout batch is `rollout.prompts_per_step × rollout.samples_per_prompt` "

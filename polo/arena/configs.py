@@ -6,6 +6,7 @@ from typing import Any
 
 from polo.arena.spec import Arena
 from polo.train.config import flatten_tree, resolved_tree
+from polo.train.control.recipe import ControlRecipe
 
 ABSENT = "(absent)"
 PROSE = ("description",)
@@ -17,11 +18,16 @@ def setting_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def run_tree(recipe) -> dict[str, Any]:
+    """Every setting of a loaded recipe (language-model or control), defaults filled in."""
+    return recipe.tree() if isinstance(recipe, ControlRecipe) else resolved_tree(recipe)
+
+
 def config_differences(arena: Arena) -> dict[str, dict[str, str]]:
     """``{dotted key: {label: value as text}}`` for every resolved setting whose value differs between entries
     (``(absent)`` where an entry lacks it), in the recipes' order, free text aside. Each entry is resolved for
     the arena's first seed, so the seed, which every entry shares, never shows."""
-    trees = {label: flatten_tree(resolved_tree(arena.runs_of(label)[0].load())) for label in arena.labels}
+    trees = {label: flatten_tree(run_tree(arena.runs_of(label)[0].load())) for label in arena.labels}
     keys = dict.fromkeys(k for tree in trees.values() for k in tree if k not in PROSE)
     missing = object()
     out = {}

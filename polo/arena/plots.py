@@ -12,13 +12,22 @@ from polo.arena.summary import ACCURACY, REWARD, EntrySummary
 if TYPE_CHECKING:
     import matplotlib.figure
 
-FIGURES = (
-    # file stem, metric, x axis (a metrics key), smoothed, title
-    ("accuracy_vs_step", ACCURACY, "step", False, "held-out greedy accuracy vs step"),
-    ("accuracy_vs_time", ACCURACY, "elapsed_s", False, "held-out greedy accuracy vs training time"),
-    ("reward_vs_step", REWARD, "step", True, "mean reward (train rollouts, smoothed) vs step"),
-    ("reward_vs_time", REWARD, "elapsed_s", True, "mean reward (train rollouts, smoothed) vs training time"),
-)
+TRAIN_RETURN = "train/episode_return"
+"""A control run's training curve, in place of the language-model runs' mean reward."""
+
+
+def figure_specs(metric: str) -> list[tuple[str, str, str, bool, str]]:
+    """(file stem, metrics key, x axis key, smoothed, title) of every figure, for the arena's ``metric``."""
+    if metric == ACCURACY:
+        evaluated, train, train_name = "held-out greedy accuracy", REWARD, "mean reward (train rollouts, smoothed)"
+    else:
+        evaluated, train, train_name = metric, TRAIN_RETURN, "training episode return (smoothed)"
+    return [("accuracy_vs_step", metric, "step", False, f"{evaluated} vs step"),
+            ("accuracy_vs_time", metric, "elapsed_s", False, f"{evaluated} vs training time"),
+            ("reward_vs_step", train, "step", True, f"{train_name} vs step"),
+            ("reward_vs_time", train, "elapsed_s", True, f"{train_name} vs training time")]
+
+
 SEED_LINE = {"lw": 0.7, "alpha": 0.45}
 
 
@@ -47,7 +56,7 @@ def draw(entries: list[EntrySummary], key: str, x_key: str, smoothed: bool, titl
         if not len(c.x):
             continue
         ax.plot(c.x, c.mean, color=color, label=entry.label, lw=1.8, gid=f"{entry.label}_mean",
-                marker="o" if key == ACCURACY and x_key == "step" else None, ms=2.5)
+                marker="o" if key.startswith("eval/") and x_key == "step" else None, ms=2.5)
         ax.fill_between(c.x, c.low, c.high, color=color, alpha=0.18, lw=0)
     if target is not None:
         ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:g}")
@@ -65,7 +74,7 @@ def png(fig: "matplotlib.figure.Figure") -> bytes:
     return buf.getvalue()
 
 
-def figures(entries: list[EntrySummary], target: float) -> list[Figure]:
-    """Every figure of the report, as PNG bytes."""
-    return [Figure(stem, title, png(draw(entries, key, x_key, smoothed, title, target if key == ACCURACY else None)))
-            for stem, key, x_key, smoothed, title in FIGURES]
+def figures(entries: list[EntrySummary], target: float, metric: str = ACCURACY) -> list[Figure]:
+    """Every figure of the report, as PNG bytes (``metric``: the arena's evaluation metric)."""
+    return [Figure(stem, title, png(draw(entries, key, x_key, smoothed, title, target if key == metric else None)))
+            for stem, key, x_key, smoothed, title in figure_specs(metric)]

@@ -46,10 +46,10 @@ def collect(arena: Arena, out: Path) -> tuple[list[EntrySummary], list[str]]:
         for spec in arena.runs_of(label):
             path = run_dir(out, spec)
             if is_done(path):
-                runs.append(RunResult(label, spec.seed, read_metrics(path)))
+                runs.append(RunResult(label, spec.seed, read_metrics(path), arena.file.metric))
             else:
                 missing.append(spec.name)
-        entries.append(summarize_entry(label, runs, arena.file.target_accuracy))
+        entries.append(summarize_entry(label, runs, arena.file.target_value))
     return entries, missing
 
 
@@ -57,22 +57,27 @@ def build_report(arena: Arena, out: Path, command: str) -> Report:
     entries, missing = collect(arena, out)
     ranked = rank_entries(entries)
     recipes = {e.label: " ".join([e.recipe, *e.overrides]) for e in arena.file.resolved_entries()}
-    target = arena.file.target_accuracy
+    target = arena.file.target_value
     tables = [ranking_table(ranked, len(arena.file.seeds)), results_table(entries, recipes, target),
               seeds_table(entries, target), config_table(config_differences(arena), list(arena.labels))]
     claims = evaluate_claims(arena.file.claims, entries, target)
-    return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target),
+    return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target,
+                                                                                  arena.file.metric),
                   claims)
 
 
 def _settings(report: Report) -> list[tuple[str, str]]:
     f = report.arena.file
-    loop = report.arena.runs[0].load().train  # after command-line overrides
-    budget = f"{loop.steps} steps" + (f" or {loop.max_minutes:g} minutes of training" if loop.max_minutes else "")
+    recipe = report.arena.runs[0].load()  # after command-line overrides
+    if report.arena.runs[0].control:
+        steps, minutes = f"{recipe.method.iterations} iterations", recipe.max_minutes
+    else:
+        steps, minutes = f"{recipe.train.steps} steps", recipe.train.max_minutes
+    budget = steps + (f" or {minutes:g} minutes of training" if minutes else "")
     return [("arena file", str(report.arena.source)), ("command", report.command),
             ("seeds", ", ".join(map(str, f.seeds))), ("budget per run", budget),
             ("overrides of every run", " ".join(report.arena.shared_overrides) + " seed=<seed>"),
-            ("target accuracy", f"{f.target_accuracy:g}"), ("written", time.strftime("%Y-%m-%d %H:%M:%S"))]
+            ("metric", f.metric), ("target", f"{f.target_value:g}"), ("written", time.strftime("%Y-%m-%d %H:%M:%S"))]
 
 
 def md_grid(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -168,7 +173,8 @@ def render_html(report: Report) -> str:
 def summary_json(report: Report) -> dict:
     return {
         "arena": report.arena.file.name,
-        "target_accuracy": report.arena.file.target_accuracy,
+        "target_accuracy": report.arena.file.target_value,
+        "metric": report.arena.file.metric,
         "missing": report.missing,
         "entries": [{
             "label": r.entry.label, "rank": r.rank, "tier": r.tier, "seeds": r.entry.seeds,

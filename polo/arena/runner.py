@@ -24,7 +24,8 @@ from polo.arena.pool import Job, run_jobs
 from polo.arena.spec import Arena, RunSpec
 from polo.core.registry import ConfigError
 from polo.train.checkpoint import latest_checkpoint
-from polo.train.config import config_changes, resolved_tree
+from polo.arena.configs import run_tree
+from polo.train.config import config_changes
 from polo.train.files import write_text_atomic
 from polo.train.yaml_files import read_yaml_mapping
 from polo.train.metrics import read_metrics
@@ -55,7 +56,7 @@ def check_same_config(run: RunSpec, path: Path) -> None:
     config = path / "config.yaml"
     if not config.is_file():
         return
-    changes = config_changes(read_yaml_mapping(config, "a run's config"), resolved_tree(run.load()), allowed=())
+    changes = config_changes(read_yaml_mapping(config, "a run's config"), run_tree(run.load()), allowed=())
     if changes:
         raise ConfigError(f"{path} was trained with another configuration ({'; '.join(changes[:5])}); "
                           f"use another --out folder or delete that run folder")
@@ -92,6 +93,8 @@ def warm_start_jobs(runs: list[RunSpec], out: Path, plugins: list[str]) -> list[
     """One ``polo sft`` per distinct, not yet cached warm start of the built-in model."""
     jobs: dict[str, Job] = {}
     for run in runs:
+        if run.control:  # control policies have no warm start
+            continue
         recipe = run.load()
         if recipe.model.path:
             continue

@@ -34,14 +34,18 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polo.arena.claim_metrics import check_metric
+from polo.arena.summary import ACCURACY
 from polo.core.registry import ConfigError, Settings
 from polo.train.config import Recipe, load_recipe, resolve_shipped, validation_message
+from polo.train.control.recipe import ControlRecipe, control_recipe_path, load_control_recipe
 from polo.train.yaml_files import read_yaml_mapping
 
 ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
 LABEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 THREADS = "train.threads=1"
 """Every arena run trains on one thread: N workers use N cores, and runs do not compete for them."""
+CONTROL_THREADS = "threads=1"
+"""The same setting of a control recipe."""
 
 
 class Budget(Settings):
@@ -54,9 +58,12 @@ class Budget(Settings):
             raise ValueError("budget: give steps, minutes or both")
         return self
 
-    def overrides(self) -> list[str]:
-        out = [] if self.steps is None else [f"train.steps={self.steps}"]
-        return out + ([] if self.minutes is None else [f"train.max_minutes={self.minutes}"])
+    def overrides(self, control: bool = False) -> list[str]:
+        """The run settings: ``train.steps`` / ``train.max_minutes``, or a control recipe's ``iterations`` /
+        ``max_minutes``."""
+        steps, minutes = ("iterations", "max_minutes") if control else ("train.steps", "train.max_minutes")
+        out = [] if self.steps is None else [f"{steps}={self.steps}"]
+        return out + ([] if self.minutes is None else [f"{minutes}={self.minutes}"])
 
 
 class Entry(Settings):
@@ -120,6 +127,11 @@ class ArenaFile(Settings):
     budget: Budget
     overrides: list[str] = []
     target_accuracy: float = Field(0.5, ge=0, le=1)
+    metric: str | None = None
+    """The evaluation metric runs are ranked by, higher is better: ``eval/greedy_accuracy`` (the default for
+    language-model recipes) or a control method's metric (default: its headline, e.g. ``eval/return``)."""
+    target: float | None = None
+    """The time-to-target threshold in the units of ``metric``; default ``target_accuracy``."""
     workers: int = Field(1, gt=0)
     entries: list[Entry] = []
     recipe: str | None = None
@@ -141,6 +153,10 @@ class ArenaFile(Settings):
             raise ValueError(f"claim ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
         return self
 
+    @property
+    def target_value(self) -> float:
+        return self.target_accuracy if self.target is None else self.target
+
     def resolved_entries(self) -> list[Entry]:
         if self.recipe:
             return [Entry(label=v.label, recipe=self.recipe, overrides=v.overrides) for v in self.variants]
@@ -155,12 +171,16 @@ class RunSpec:
     seed: int
     recipe: str
     overrides: tuple[str, ...]
+    control: bool = False
+    """A control recipe (``kind: control``, polo.train.control)."""
 
     @property
     def name(self) -> str:
         return f"{self.label}_s{self.seed}"
 
-    def load(self) -> Recipe:
+    def load(self) -> Recipe | ControlRecipe:
+        if self.control:
+            return load_control_recipe(self.recipe, list(self.overrides))
         return load_recipe(self.recipe, list(self.overrides))
 
 
@@ -219,16 +239,28 @@ def load_arena(arena: str | Path, overrides: list[str] = ()) -> Arena:
             if getattr(claim, role) not in labels:
                 raise ConfigError(f"invalid arena file {path}: claim {claim.id!r}: {role} {getattr(claim, role)!r} "
                                   f"is not an entry label; labels: {', '.join(labels)}")
-    common = task_overrides(spec.task) + spec.budget.overrides() + list(spec.overrides)
+    refs = {e.label: _recipe_ref(e.recipe, path.parent) for e in entries}
+    kinds = {label: control_recipe_path(ref) is not None for label, ref in refs.items()}
+    control = any(kinds.values())
+    if control and not all(kinds.values()):
+        raise ConfigError(f"invalid arena file {path}: control recipes ({', '.join(k for k, c in kinds.items() if c)}) "
+                          f"and language-model recipes cannot share an arena: they have no metric in common")
+    if control and spec.task:
+        raise ConfigError(f"invalid arena file {path}: 'task' overrides a language-model task; a control arena sets "
+                          f"its environment in 'overrides' (env.id=..., env.kwargs...)")
+    threads = CONTROL_THREADS if control else THREADS
+    common = task_overrides(spec.task) + spec.budget.overrides(control) + list(spec.overrides)
     runs = []
     for entry in entries:
         for seed in spec.seeds:
-            run = RunSpec(entry.label, seed, _recipe_ref(entry.recipe, path.parent),
-                          tuple(common + list(entry.overrides) + list(overrides) + [f"seed={seed}", THREADS]))
+            run = RunSpec(entry.label, seed, refs[entry.label],
+                          tuple(common + list(entry.overrides) + list(overrides) + [f"seed={seed}", threads]), control)
             try:
-                run.load()
+                loaded = run.load()
             except ConfigError as err:
                 raise ConfigError(f"arena {path}, entry {entry.label!r}: {err}") from None
             runs.append(run)
-    shared = common + list(overrides) + [THREADS]
+            if spec.metric is None:
+                spec = spec.model_copy(update={"metric": loaded.method.headline if control else ACCURACY})
+    shared = common + list(overrides) + [threads]
     return Arena(spec, path, tuple(labels), tuple(runs), tuple(shared))

@@ -27,10 +27,14 @@ class RunResult:
     label: str
     seed: int
     rows: list[dict[str, Any]]
+    metric: str = ACCURACY
+    """The evaluation metric the arena ranks by (higher is better): held-out greedy accuracy, or a control
+    method's headline (``eval/return``, ...)."""
 
     def evals(self) -> list[tuple[int, float, float]]:
-        """(step, elapsed seconds, held-out greedy accuracy) of every evaluation."""
-        return [(r["step"], r.get("elapsed_s") or 0.0, r[ACCURACY]) for r in self.rows if r.get(ACCURACY) is not None]
+        """(step, elapsed seconds, value of ``metric``) of every evaluation."""
+        key = self.metric
+        return [(r["step"], r.get("elapsed_s") or 0.0, r[key]) for r in self.rows if r.get(key) is not None]
 
     @property
     def final_accuracy(self) -> float:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from polo.core.batch import RolloutBatch
 from polo.core.registry import Component, ConfigError
+from polo.envs.control.snapshot import restore, snapshot
 from polo.envs.control.vector import EnvSettings, finished_episodes, make_vector_env
 from polo.rollout.engine import ENGINES
 
@@ -36,13 +37,15 @@ def env_action(action: Tensor) -> np.ndarray:
 def action_rows(old_logp: Tensor, advantages: Tensor, extras: dict[str, Tensor] | None = None) -> RolloutBatch:
     """M environment steps as M rows in the form the language-model policy losses and aggregations score: one
     action per row (``old_logp`` ``[M]``), or one per factor (``[M, n]``: agents or knobs, each with its own
-    ratio, like the tokens of a response); ``advantages`` ``[M]`` is broadcast over the factors."""
+    ratio, like the tokens of a response); ``advantages`` ``[M]`` is broadcast over the factors (``[M, n]``: one
+    per factor)."""
     logp = old_logp if old_logp.dim() == 2 else old_logp[:, None]
     m, n = logp.shape
     return RolloutBatch(prompt_ids=torch.zeros(m, 0, dtype=torch.long), prompt_mask=torch.zeros(m, 0, dtype=torch.long),
                         response_ids=torch.zeros(m, n, dtype=torch.long), response_mask=torch.ones(m, n, dtype=torch.long),
                         group=torch.arange(m), rewards=torch.zeros(m, 1), old_logp=logp,
-                        advantages=advantages[:, None].expand(m, n), extras=extras or {})
+                        advantages=advantages if advantages.dim() == 2 else advantages[:, None].expand(m, n),
+                        extras=extras or {})
 
 
 @ENGINES.register("gym")
@@ -71,25 +74,33 @@ class GymEngine(Component):
         self._obs = obs_tensor(obs)
         self._episodes: list[tuple[float, int]] = []
 
+    def restart(self) -> None:
+        """Reset every copy now, so that the next rollout starts fresh episodes (TGPO sets each copy's time
+        allocation between rollouts)."""
+        obs, _ = self._envs.reset()
+        self._obs = obs_tensor(obs)
+
     @property
     def envs(self):
         return self._envs
+
+    @property
+    def obs(self) -> Tensor:
+        """The observation the next rollout starts from ``[N, ...]`` (read-only)."""
+        return self._obs
 
     @property
     def num_envs(self) -> int:
         return self._envs.num_envs
 
     def state(self) -> dict[str, Any]:
-        """The environments themselves (their simulators, running statistics and random generators), pickled."""
-        import cloudpickle  # gymnasium's dependency: environments hold closures that plain pickle refuses
-
-        return {"envs": cloudpickle.dumps(self._envs), "obs": self._obs}
+        """The environments' state (simulators, running statistics, random generators) as plain data
+        (polo.envs.control.snapshot: no pickled code in a checkpoint), and the current observations."""
+        return {"envs": snapshot(self._envs), "obs": self._obs}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        import cloudpickle
-
-        self._envs.close()
-        self._envs, self._obs = cloudpickle.loads(state["envs"]), state["obs"]
+        restore(self._envs, state["envs"])
+        self._obs = state["obs"]
 
     def take_episodes(self) -> list[tuple[float, int]]:
         """(return, length) of every episode finished since the last call."""

@@ -1,7 +1,15 @@
 """polo's own gymnasium environments, registered under ``polo/NAME-v0`` the first time one is made."""
 from __future__ import annotations
 
-BUILTIN_ENVIRONMENTS: dict[str, str] = {}
+BUILTIN_ENVIRONMENTS: dict[str, str] = {
+    "polo/SyntheticDRAM-v0": "polo.envs.control.synthetic_dram:SyntheticDRAM",
+    "polo/AgentGraph-v0": "polo.envs.control.agent_graph:AgentGraph",
+    "polo/TwoGoalBandit-v0": "polo.envs.control.two_goal_bandit:TwoGoalBandit",
+    "polo/UnicycleID-v0": "polo.envs.control.unicycle_id:UnicycleID",
+    "polo/ToyReg2D-v0": "polo.envs.control.toyreg2d_env:ToyReg2DEnv",
+    "polo/STLNav2D-v0": "polo.envs.control.stl_nav2d:STLNav2D",
+    "polo/Merge1D-v0": "polo.envs.control.merge1d:Merge1D",
+}
 """gymnasium id → ``module:Class`` entry point (each method's demo environment adds its line)."""
 
 

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from polo.core.registry import Component, Registry
 
-CONTROL_POLICIES: Registry = Registry("control policy", ("polo.policy.control.gaussian", "polo.policy.control.categorical"), default="gaussian")
+CONTROL_POLICIES: Registry = Registry("control policy", ("polo.policy.control.gaussian", "polo.policy.control.categorical", "polo.policy.control.flow", "polo.policy.control.latent", "polo.policy.control.shared_actor"), default="gaussian")
 
 
 @dataclass

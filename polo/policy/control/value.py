@@ -19,9 +19,19 @@ class ValueNetwork(nn.Module):
         return self.net(obs).squeeze(-1)
 
 
+class ZeroValue(nn.Module):
+    """No critic: ``V ≡ 0`` ``[B]``, no parameters (advantages from the rewards alone, e.g. standardised bandit
+    rewards)."""
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return obs.new_zeros(obs.shape[0])
+
+
 class CriticSettings(Settings):
     hidden: list[int] = Field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
+    enabled: bool = True
+    """False: no critic (V ≡ 0 and no value loss)."""
 
-    def build(self, obs_dim: int) -> ValueNetwork:
-        return ValueNetwork(obs_dim, self.hidden, self.activation)
+    def build(self, obs_dim: int) -> ValueNetwork | ZeroValue:
+        return ValueNetwork(obs_dim, self.hidden, self.activation) if self.enabled else ZeroValue()

@@ -8,7 +8,11 @@ from torch import Tensor
 
 from polo.core.registry import Component, Registry
 
-CONTROL_METHODS: Registry = Registry("control method", ("polo.train.control.ppo",), default="ppo")
+CONTROL_METHODS: Registry = Registry("control method", ("polo.train.control.ppo", "polo.train.control.morphseek",
+                                                                   "polo.train.control.qoed",
+                                                                   "polo.train.control.tgpo",
+                                                                   "polo.train.control.graph_grpo",
+                                                                   "polo.train.control.mappo"), default="ppo")
 
 
 class ControlMethod(Component):
@@ -33,6 +37,11 @@ class ControlMethod(Component):
     """Evaluate every this many iterations (and after the last)."""
     checkpoint_every: int = Field(10, ge=1)
     """Write a checkpoint every this many iterations (and after the last)."""
+
+    def derived_fields(self) -> set[str]:
+        """Fields computed from others (left out of the run's config.yaml, so that extending the field they come
+        from on ``--resume`` recomputes them)."""
+        return set()
 
     def setup(self, seed: int, log: Callable[[str], Any]) -> None:
         raise NotImplementedError

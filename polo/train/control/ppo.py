@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Literal
 
+import numpy as np
 import torch
 from pydantic import Field, model_validator
 
@@ -87,8 +88,25 @@ class PPO(ControlMethod):
             if self.total_steps < per:
                 raise ValueError(f"total_steps={self.total_steps} is less than one iteration "
                                  f"(num_envs × engine.num_steps = {per})")
+            if "iterations" in self.model_fields_set and self.iterations != self.total_steps // per:
+                raise ValueError(f"iterations={self.iterations} and total_steps={self.total_steps} disagree "
+                                 f"({self.total_steps} // {per} steps per iteration = {self.total_steps // per}); "
+                                 f"give one of them")
             object.__setattr__(self, "iterations", self.total_steps // per)
         return self
+
+    @model_validator(mode="after")
+    def _components_exist(self):
+        """Build every registered part once, so that an unknown name or setting fails when the recipe loads."""
+        for registry, config, key in ((ENGINES, self.engine, "engine"), (CONTROL_POLICIES, self.policy, "policy"),
+                                      (ADVANTAGES, self.advantage, "advantage"),
+                                      (POLICY_LOSSES, self.policy_loss, "policy_loss"),
+                                      (AGGREGATIONS, self.aggregation, "aggregation")):
+            registry.build(config, key)
+        return self
+
+    def derived_fields(self) -> set[str]:
+        return {"iterations"} if self.total_steps is not None else set()
 
     # ------------------------------------------------------------------ setup
     def setup(self, seed: int, log: Callable[[str], Any]) -> None:
@@ -114,6 +132,10 @@ class PPO(ControlMethod):
     def build_critic(self, envs) -> torch.nn.Module:
         """The value network (a centralised critic overrides this)."""
         return self.critic.build(flat_dim(envs.single_observation_space))
+
+    def critic_values(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The critic's values of a minibatch's steps (a state–action critic overrides this)."""
+        return self._critic(mb["obs"])
 
     @property
     def steps_per_iteration(self) -> int:
@@ -196,8 +218,10 @@ class PPO(ControlMethod):
         rows = action_rows(mb["old_logp"], adv)
         out = self._loss(score.logp if score.logp.dim() == 2 else score.logp[:, None], rows)
         pg = self._aggregation(out.token_loss, rows.mask, StepCounts.from_mask(rows.response_mask, 1))
-        v = self._critic(mb["obs"])
-        if self.value_loss == "max":
+        v = self.critic_values(mb)
+        if not self.critic.enabled:  # V ≡ 0: nothing to regress
+            v_loss = v.new_zeros(())
+        elif self.value_loss == "max":
             v_loss = clipped_value_loss(v, mb["values"], mb["returns"], self.value_clip).mean()
         else:  # PolicyFlow: squared error of the clipped prediction only
             clip = self.value_clip or math.inf
@@ -222,7 +246,7 @@ class PPO(ControlMethod):
                      "optim/grad_norm": float(grad_norm)}
         if score.aux_loss is not None:
             stats["loss/aux"] = float(score.aux_loss.detach())
-        stats.update({k: float(v) for k, v in out.metrics.items()})
+        stats.update({f"policy/{k}": float(v) for k, v in out.metrics.items()})
         stats.update(score.metrics)
         return stats
 
@@ -231,28 +255,44 @@ class PPO(ControlMethod):
     def evaluate(self) -> dict[str, float]:
         """``eval_episodes`` episodes of the deterministic policy (observations normalised with the statistics
         training reached, frozen), one per environment copy, seeds ``eval_seed + k``; the undiscounted return."""
-        returns = self.rollout_episodes(self._policy, self.eval_episodes, self.eval_seed)
-        return {"eval/return": sum(returns) / len(returns), "eval/return_min": min(returns),
-                "eval/return_max": max(returns)}
+        returns, final = self.rollout_episodes(self._policy, self.eval_episodes, self.eval_seed)
+        row = {"eval/return": float(returns.mean()), "eval/return_min": float(returns.min()),
+               "eval/return_max": float(returns.max())}
+        row.update({f"eval/{k}": float(v.mean()) for k, v in final.items()})
+        return row
 
-    def rollout_episodes(self, policy, episodes: int, seed: int) -> list[float]:
+    def before_eval_reset(self, envs) -> None:
+        """Hook: configure fresh evaluation copies before their first reset (TGPO sets each copy's time
+        allocation); nothing by default."""
+
+    def rollout_episodes(self, policy, episodes: int, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One episode per copy of ``episodes`` fresh copies, deterministic actions: the undiscounted returns
+        ``[episodes]`` (RecordEpisodeStatistics, before reward normalisation) and every number the environment put
+        in the info of an episode's last step (``success``, ``collision``, ...), one value per episode."""
         envs = make_vector_env(self.env, self._gamma, episodes)
+        self.before_eval_reset(envs)
+        freeze_normalization(self._engine.envs, envs)  # before the reset: the first observation is normalised too
         obs, _ = envs.reset(seed=seed)
-        freeze_normalization(self._engine.envs, envs)
         totals, finished = torch.zeros(episodes, dtype=torch.float64), torch.zeros(episodes, dtype=torch.bool)
-        raw = envs  # undiscounted returns come from RecordEpisodeStatistics (before reward normalisation)
+        final_values: dict[str, torch.Tensor] = {}
         for _ in range(self.eval_max_steps):
             action = policy.act(obs_tensor(obs), deterministic=True)["action"]
-            obs, _, terminated, truncated, infos = raw.step(env_action(action))
+            obs, _, terminated, truncated, infos = envs.step(env_action(action))
             ended = torch.as_tensor(terminated | truncated) & ~finished
             if ended.any():
-                final = infos["final_info"]["episode"]["r"]
-                totals[ended] = torch.as_tensor(final, dtype=torch.float64)[ended]
+                info = infos["final_info"]
+                totals[ended] = torch.as_tensor(info["episode"]["r"], dtype=torch.float64)[ended]
+                for key, value in info.items():
+                    value = np.asarray(value)
+                    if key.startswith("_") or key == "episode" or value.dtype.kind not in "biuf" or value.ndim != 1:
+                        continue
+                    column = final_values.setdefault(key, torch.full((episodes,), float("nan"), dtype=torch.float64))
+                    column[ended] = torch.as_tensor(value, dtype=torch.float64)[ended]
                 finished |= ended
             if finished.all():
                 break
         envs.close()
-        return totals.tolist()
+        return totals[finished], {k: v[finished] for k, v in final_values.items()}
 
     # ------------------------------------------------------------------ state
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

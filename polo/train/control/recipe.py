@@ -39,7 +39,8 @@ class ControlRecipe(Settings):
     def tree(self) -> dict[str, Any]:
         """Every setting, defaults filled in: the run's config.yaml."""
         run = {k: getattr(self, k) for k in RUN_KEYS}
-        return {**run, "method": self.method.registry_name, **self.method.model_dump(mode="json")}
+        settings = self.method.model_dump(mode="json", exclude=self.method.derived_fields())
+        return {**run, "method": self.method.registry_name, **settings}
 
 
 def is_control_tree(tree: dict[str, Any]) -> bool:

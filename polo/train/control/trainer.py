@@ -15,7 +15,7 @@ from polo.core.registry import ConfigError
 from polo.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from polo.train.config import config_changes
 from polo.train.control.recipe import (EXTENDABLE, ControlRecipe, default_control_run_dir, dump_tree,
-                                       load_control_run_config)
+                                       load_control_recipe, load_control_run_config)
 from polo.train.files import write_text_atomic
 from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog
@@ -63,7 +63,12 @@ class ControlTrainer:
 
     def restore(self, path: Path) -> None:
         weights, state = load_checkpoint(path)
-        changed = config_changes(state["config"], self.config_tree, EXTENDABLE)
+        trained = state["config"]
+        try:  # fill in the settings the trained tree predates with their defaults
+            trained = load_control_recipe(trained).tree()
+        except ConfigError:  # a key since removed or renamed: compared as written
+            pass
+        changed = config_changes(trained, self.config_tree, EXTENDABLE)
         if changed:
             raise ConfigError(f"{self.run_dir / 'config.yaml'} differs from the configuration this run was trained "
                               f"with: {'; '.join(changed)}; put it back or start a new run")
@@ -94,7 +99,7 @@ class ControlTrainer:
             self.iteration += 1
             self.elapsed += time.perf_counter() - start
             row["time/iteration"] = time.perf_counter() - start
-            row["time/elapsed"] = self.elapsed
+            row["elapsed_s"] = self.elapsed
             last = self.iteration == m.iterations or self.elapsed >= budget
             if self.iteration % m.eval_every == 0 or last:
                 row.update(m.evaluate())

@@ -1,0 +1,147 @@
+"""STL robustness, time grounding and the Metropolis–Hastings allocation search (polo.core.control.stl)."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from polo.core.control.stl import (Always, And, Eventually, Not, Or, avoid, check_allocation, ground, metropolis_hastings,
+                                   mh_acceptance, progress_reward, propose, reach, uniform_allocation, window_reduce)
+
+# the spec's trajectory: A = ball((2, 1), 0.5), O = ball((1, 1.5), 0.4), H = 4
+X = torch.tensor([[(0.0, 0.0), (1.0, 0.5), (2.0, 1.0), (2.5, 2.0), (3.0, 3.0)]])
+A = reach((2, 1), 0.5)
+O = reach((1, 1.5), 0.4)
+
+
+def test_robustness_numbers():
+    assert Eventually(A, 0, 4).robustness(X).item() == pytest.approx(0.5, abs=1e-4)
+    assert Always(Not(O), 0, 4).robustness(X).item() == pytest.approx(0.6, abs=1e-4)
+    assert Always(avoid((1, 1.5), 0.4), 0, 4).robustness(X).item() == pytest.approx(0.6, abs=1e-4)
+    phi = And((Eventually(A, 0, 4), Always(Not(O), 0, 4)))
+    assert phi.robustness(X).item() == pytest.approx(0.5, abs=1e-4)
+    assert Eventually(A, 3, 4).robustness(X).item() == pytest.approx(-0.6180, abs=1e-4)  # wrong window
+
+
+def test_grounded_robustness_number():
+    g = ground(Eventually(A, 0, 4), 4)
+    assert g.robustness(X, torch.tensor([[2]])).item() == pytest.approx(0.5, abs=1e-4)
+    g = ground(And((Eventually(A, 0, 4), Always(Not(O), 0, 4))), 4)
+    assert (g.low, g.high) == ((0,), (4,)) and len(g.invariants) == 1
+    assert g.robustness(X, torch.tensor([[2]])).item() == pytest.approx(0.5, abs=1e-4)
+
+
+def test_mh_acceptance_numbers():
+    up = mh_acceptance(torch.tensor(0.5), torch.tensor(0.3), 0.1)
+    down = mh_acceptance(torch.tensor(0.3), torch.tensor(0.5), 0.1)
+    assert up.item() == pytest.approx(1.0, abs=1e-6)
+    assert down.item() == pytest.approx(0.1353, abs=1e-4)
+    assert down.item() == pytest.approx(math.exp(-2), abs=1e-6)
+    with pytest.raises(ValueError, match="temperature"):
+        mh_acceptance(torch.tensor(0.3), torch.tensor(0.5), 0.0)
+
+
+def test_progress_reward_number_torch_and_numpy():
+    t = progress_reward(torch.tensor([0.0, 0.0]), torch.tensor([0.6, 0.2]), torch.tensor([2.0, 1.0]))
+    n = progress_reward(np.array([0.0, 0.0]), np.array([0.6, 0.2]), np.array([2.0, 1.0]))
+    assert t.item() == pytest.approx(0.6236, abs=1e-4) and n == pytest.approx(0.6236, abs=1e-4)
+
+
+def test_operators_and_single_sample():
+    x = X[:, :2]  # H = 1, a single trajectory
+    assert Or((A, O)).signal(x).shape == (1, 2)
+    torch.testing.assert_close(Or((A, O)).signal(X), torch.maximum(A.signal(X), O.signal(X)))
+    torch.testing.assert_close(Not(A).signal(X), -A.signal(X))
+    assert Eventually(A, 0, 1).robustness(x).item() == pytest.approx(max(A.signal(x)[0]).item())
+
+
+def test_window_reduce_cuts_at_the_horizon_and_fills_empty_windows():
+    s = torch.tensor([[1.0, 3.0, 2.0]])
+    torch.testing.assert_close(window_reduce(s, 1, 5, largest=True), torch.tensor([[3.0, 2.0, -math.inf]]))
+    torch.testing.assert_close(window_reduce(s, 0, 1, largest=False), torch.tensor([[1.0, 2.0, 2.0]]))
+    torch.testing.assert_close(window_reduce(s, 4, 9, largest=False), torch.full((1, 3), math.inf))
+    with pytest.raises(ValueError, match="0 <= a <= b"):
+        window_reduce(s, 2, 1, largest=True)
+
+
+def test_bad_trajectories_are_refused():
+    with pytest.raises(ValueError, match="NaN"):
+        A.robustness(torch.tensor([[[0.0, float("nan")]]]))
+    with pytest.raises(ValueError, match=r"\[B, H\+1, d\]"):
+        A.robustness(torch.zeros(5, 2))
+
+
+def test_grounding_errors():
+    with pytest.raises(ValueError, match="cannot ground"):
+        ground(Always(Eventually(A, 0, 2), 0, 4), 4)  # G over F
+    with pytest.raises(ValueError, match="no F_"):
+        ground(Always(Not(O), 0, 4), 4)
+    with pytest.raises(ValueError, match="after the horizon"):
+        ground(Eventually(A, 6, 8), 4)
+    g = ground(Eventually(A, 0, 4), 4)
+    with pytest.raises(ValueError, match="lie in"):
+        g.robustness(X, torch.tensor([[5]]))
+    with pytest.raises(ValueError, match="integers"):
+        g.robustness(X, torch.tensor([[1.5]]))
+
+
+def test_robustness_is_the_best_grounded_robustness():
+    """ρ(φ) = max_τ ρ_τ on random trajectories: two F subgoals (one nesting F over G) and an invariant."""
+    g = torch.Generator().manual_seed(0)
+    H = 12
+    x = torch.randn(64, H + 1, 2, generator=g).cumsum(1) * 0.5
+    phi = And((Eventually(reach((1.0, 0.5), 0.8), 2, 9), Eventually(Always(reach((-0.5, 1.0), 1.0), 0, 2), 0, 15),
+               Always(avoid((0.0, -1.5), 0.3), 0, H)))
+    gr = ground(phi, H)
+    assert (gr.low, gr.high) == ((2, 0), (9, 12))
+    taus = torch.tensor(list(itertools.product(range(2, 10), range(0, 13))))  # every allocation
+    best = torch.stack([gr.robustness(x, tau.expand(64, 2)) for tau in taus]).amax(0)
+    torch.testing.assert_close(best, phi.robustness(x), atol=1e-6, rtol=0)
+
+
+def test_uniform_allocations_cover_the_windows():
+    low, high = torch.tensor([0, 25]), torch.tensor([20, 50])
+    tau = uniform_allocation(low, high, 4000, torch.Generator().manual_seed(0))
+    check_allocation(tau, (low, high), "test")
+    assert set(tau[:, 0].tolist()) == set(range(0, 21)) and set(tau[:, 1].tolist()) == set(range(25, 51))
+
+
+def test_proposal_is_rounded_and_clipped():
+    low, high = torch.tensor([0, 25]), torch.tensor([20, 50])
+    tau = torch.tensor([[0, 50], [10, 30]])
+    g = torch.Generator().manual_seed(1)
+    moved = torch.stack([propose(tau, 6.0, low, high, g) for _ in range(500)])
+    assert moved.dtype == torch.long
+    assert ((moved >= low) & (moved <= high)).all()
+    torch.testing.assert_close(propose(tau, 1e-9, low, high, g), tau)
+
+
+def test_chain_stays_in_the_windows_and_climbs_the_score():
+    low, high = torch.tensor([0, 25]), torch.tensor([20, 50])
+    target = torch.tensor([7.0, 44.0])
+    score = lambda tau: -(tau - target).abs().sum(1)  # noqa: E731
+    g = torch.Generator().manual_seed(0)
+    start = uniform_allocation(low, high, 64, g)
+    out = metropolis_hastings(score, start, low, high, sigma=3.0, temperature=0.05, steps=200, generator=g)
+    for tau in (out.final, out.best):
+        check_allocation(tau, (low, high), "test")
+    assert (out.best_score >= -1).all() and (out.best == target.long()).all(1).float().mean() > 0.8
+    assert (out.best_score >= out.final_score).all() and (out.best_score >= score(start)).all()
+    assert 0 < out.acceptance < 1
+
+
+def test_chain_edge_cases():
+    low, high = torch.tensor([0]), torch.tensor([4])
+    flat = lambda tau: torch.zeros(tau.shape[0])  # noqa: E731  all-equal scores: every proposal is accepted
+    out = metropolis_hastings(flat, torch.tensor([[2]]), low, high, 1.0, 0.05, 10, torch.Generator().manual_seed(0))
+    assert out.acceptance == 1.0 and out.final.shape == (1, 1)
+    out = metropolis_hastings(flat, torch.tensor([[2]]), low, high, 1.0, 0.05, 0)
+    assert out.final.tolist() == [[2]] and out.acceptance == 0.0
+    with pytest.raises(ValueError, match="NaN"):
+        metropolis_hastings(lambda tau: torch.full((tau.shape[0],), float("nan")), torch.tensor([[2]]), low, high,
+                            1.0, 0.05, 3)
+    with pytest.raises(ValueError, match="lie in"):
+        metropolis_hastings(flat, torch.tensor([[7]]), low, high, 1.0, 0.05, 3)
+    with pytest.raises(ValueError, match="must be"):
+        check_allocation(torch.tensor([1, 2]), (low, high), "test")
