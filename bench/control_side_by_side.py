@@ -6,9 +6,10 @@ Reported per seed and implementation: the final deterministic 10-episode mean (t
 observation statistics of the first training copy, seeds 1,000,000 + k), the training-return curve at 25k-step
 marks (mean of the per-iteration mean training returns of the iterations ending in the 25k steps up to the mark;
 the reference's episodes are grouped into the same 4096-step iterations), the training time (the loop, without
-the final evaluation) and the process wall time. polo runs the shipped recipe with ``eval_every`` and
-``checkpoint_every`` moved to the end (training is unchanged: evaluation uses its own environments and no
-training generator), so both processes do the same work. Writes a PNG overlaying the curves.
+the final evaluation) and the process wall time. polo runs the shipped recipe set back to CleanRL's algorithm
+(white Gaussian noise instead of the recipe's gSDE, observation and reward normalisation, value clipping 0.2), with
+``eval_every`` and ``checkpoint_every`` moved to the end (training is unchanged: evaluation uses its own
+environments and no training generator), so both processes do the same work. Writes a PNG overlaying the curves.
 
     nice python bench/control_side_by_side.py [--quick] [--seeds 0 1 2] [--png PATH]
 """
@@ -40,7 +41,8 @@ def run_polo(seed: int, total: int, folder: Path) -> dict:
     s = SETTINGS
     overrides = [f"seed={seed}", "threads=1", f"total_steps={total}", f"env.num_envs={s['num_envs']}",
                  f"engine.num_steps={s['num_steps']}", f"minibatches={s['minibatches']}", f"lr={s['lr']}",
-                 f"advantage.gamma={s['gamma']}", "lr_schedule=linear", "eval_every=100000",
+                 f"advantage.gamma={s['gamma']}", "lr_schedule=linear", "policy.sde=false", "env.normalize_obs=true",
+                 "env.normalize_reward=true", "value_clip=0.2", "eval_every=100000",
                  "checkpoint_every=100000"]
     start = time.perf_counter()
     run([sys.executable, "-c", "import sys; from polo.cli import main; sys.exit(main(sys.argv[1:]))",

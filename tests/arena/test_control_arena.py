@@ -10,7 +10,7 @@ pytest.importorskip("gymnasium")
 from polo.arena import load_arena, run_arena, write_report  # noqa: E402
 from polo.core.registry import ConfigError  # noqa: E402
 
-SMALL = ["env.id=CartPole-v1", "policy.name=categorical", "env.num_envs=2", "engine.num_steps=64",
+SMALL = ["env.id=CartPole-v1", "policy={name: categorical}", "env.num_envs=2", "engine.num_steps=64",
          "total_steps=null", "epochs=2", "minibatches=2", "eval_episodes=2", "eval_every=1", "checkpoint_every=1"]
 
 

@@ -36,13 +36,18 @@ def test_total_steps_sets_iterations_and_is_what_config_yaml_keeps():
     assert "iterations" not in recipe.tree() and recipe.tree()["total_steps"] == 384
 
 
-def test_killed_run_resumes_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("sample_freq", [4, 5])
+def test_killed_run_resumes_bit_for_bit(tmp_path, sample_freq):
+    """The shipped recipe (gSDE); with a period of 5 the exploration matrices are held across the checkpoint
+    (64 steps per iteration), so their draws and call counter must be restored too."""
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    ControlTrainer(load_control_recipe("ppo_continuous", SMALL), whole, log=lambda m: None).run()
-    ControlTrainer(load_control_recipe("ppo_continuous", SMALL), killed, log=lambda m: None).run()
+    small = SMALL + [f"policy.sde_sample_freq={sample_freq}"]
+    ControlTrainer(load_control_recipe("ppo_continuous", small), whole, log=lambda m: None).run()
+    ControlTrainer(load_control_recipe("ppo_continuous", small), killed, log=lambda m: None).run()
     shutil.rmtree(checkpoint_steps(killed)[3])  # as if killed after writing the step-2 checkpoint
     trainer = resume_control(killed, log=lambda m: None)
     assert trainer.iteration == 2
+    assert trainer.method._policy.extra_state()["sde_calls"] == (2 * 64 - 1) % sample_freq + 1  # since the last draw
     trainer.run()
     drop = ("time/", "perf/", "elapsed_s")
     clean = lambda r: {k: v for k, v in r.items() if not k.startswith(drop)}  # noqa: E731
@@ -71,7 +76,8 @@ def test_ppo_learns_cartpole(tmp_path):
     """Seed 0: PPO with a categorical policy takes CartPole-v1's deterministic return from ~20 to above 150 in
     40k steps."""
     recipe = load_control_recipe("ppo_continuous", [
-        "env.id=CartPole-v1", "policy.name=categorical", "advantage.gamma=0.99", "env.num_envs=4",
+        "env.id=CartPole-v1", "policy={name: categorical, hidden: [64, 64]}", "env.normalize_obs=true",
+        "env.normalize_reward=true", "value_clip=0.2", "advantage.gamma=0.99", "env.num_envs=4",
         "engine.num_steps=256", "total_steps=40960", "minibatches=8", "epochs=4", "lr=2.5e-3", "eval_every=40",
         "checkpoint_every=40", "seed=0"])
     out = ControlTrainer(recipe, tmp_path / "cp", log=lambda m: None).run()

