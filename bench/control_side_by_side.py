@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from control_step import CLEANRL_ALGORITHM
+
 HERE = Path(__file__).resolve().parent
 SETTINGS = {"gamma": 0.9, "num_envs": 4, "num_steps": 1024, "minibatches": 64, "lr": 1e-3}
 MARK = 25_000
@@ -41,8 +43,7 @@ def run_polo(seed: int, total: int, folder: Path) -> dict:
     s = SETTINGS
     overrides = [f"seed={seed}", "threads=1", f"total_steps={total}", f"env.num_envs={s['num_envs']}",
                  f"engine.num_steps={s['num_steps']}", f"minibatches={s['minibatches']}", f"lr={s['lr']}",
-                 f"advantage.gamma={s['gamma']}", "lr_schedule=linear", "policy.sde=false", "env.normalize_obs=true",
-                 "env.normalize_reward=true", "value_clip=0.2", "eval_every=100000",
+                 f"advantage.gamma={s['gamma']}", "lr_schedule=linear", *CLEANRL_ALGORITHM, "eval_every=100000",
                  "checkpoint_every=100000"]
     start = time.perf_counter()
     run([sys.executable, "-c", "import sys; from polo.cli import main; sys.exit(main(sys.argv[1:]))",

@@ -29,13 +29,18 @@ from polo.train.control.recipe import load_control_recipe
 
 GAMMA = 0.9
 EPOCHS, MINIBATCHES = 10, 64
+CLEANRL_ALGORITHM = ["policy.sde=false", "env.normalize_obs=true", "env.normalize_reward=true", "value_clip=0.2"]
+"""The shipped ``ppo_continuous`` set back to CleanRL's algorithm (white Gaussian noise instead of gSDE, observation
+and reward normalisation, value clipping), which the hand-written reference implements."""
 
 
 def polo_method(env_id: str, n: int, t: int, seed: int = 0, epochs: int = EPOCHS, minibatches: int = MINIBATCHES):
-    """polo's PPO (the ``ppo_continuous`` recipe) on ``env_id`` with N copies × T steps, set up."""
+    """polo's PPO (the ``ppo_continuous`` recipe with CleanRL's algorithm) on ``env_id`` with N copies × T steps, set
+    up."""
     recipe = load_control_recipe("ppo_continuous", [f"env.id={env_id}", f"env.num_envs={n}", f"engine.num_steps={t}",
                                                     f"total_steps={n * t}", f"advantage.gamma={GAMMA}",
-                                                    f"epochs={epochs}", f"minibatches={minibatches}"])
+                                                    f"epochs={epochs}", f"minibatches={minibatches}",
+                                                    *CLEANRL_ALGORITHM])
     method = recipe.method
     method.setup(seed, lambda *_: None)
     return method

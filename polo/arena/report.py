@@ -58,8 +58,9 @@ def build_report(arena: Arena, out: Path, command: str) -> Report:
     ranked = rank_entries(entries)
     recipes = {e.label: " ".join([e.recipe, *e.overrides]) for e in arena.file.resolved_entries()}
     target = arena.file.target_value
-    tables = [ranking_table(ranked, len(arena.file.seeds)), results_table(entries, recipes, target),
-              seeds_table(entries, target), config_table(config_differences(arena), list(arena.labels))]
+    metric = arena.file.metric
+    tables = [ranking_table(ranked, len(arena.file.seeds), metric), results_table(entries, recipes, target, metric),
+              seeds_table(entries, target, metric), config_table(config_differences(arena), list(arena.labels))]
     claims = evaluate_claims(arena.file.claims, entries, target)
     return Report(arena, command, entries, ranked, missing, tables, figures([e for e in entries if e.runs], target,
                                                                                   arena.file.metric),

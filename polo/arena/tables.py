@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 
 from polo.arena.stats import CONFIDENCE, RESAMPLES, Interval
-from polo.arena.summary import EntrySummary, Ranked
+from polo.arena.summary import ACCURACY, EntrySummary, Ranked
 
 
 @dataclass
@@ -37,8 +37,18 @@ def fmt_time(entry: EntrySummary) -> str:
     return f"{reached}; median {fmt_seconds(entry.time_to_target)}" if entry.reached else reached
 
 
-def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: float) -> Table:
-    header = ["entry", "recipe", "seeds", "final greedy acc. [95% CI]", f"time to {target:g}",
+def metric_names(metric: str) -> tuple[str, str, str, str]:
+    """(column, short column, title word, description) of the metric an arena ranks by: held-out greedy accuracy,
+    or a control method's evaluation key as it is (``eval/return``)."""
+    if metric == ACCURACY:
+        return "greedy acc.", "acc.", "accuracy", "held-out greedy accuracy"
+    return metric, metric, metric, f"the evaluation's {metric}"
+
+
+def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: float, metric: str = ACCURACY
+                  ) -> Table:
+    column, _, title, described = metric_names(metric)
+    header = ["entry", "recipe", "seeds", f"final {column} [95% CI]", f"time to {target:g}",
               "steps", "train s", "tokens/s", "resp. length", "entropy", "KL(old‖new)", "clip frac.",
               "frac. zero-std groups"]
     rows = []
@@ -52,7 +62,7 @@ def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: 
             fmt(d["tokens_per_s"], 0), fmt(d["response_length"], 2), fmt(d["entropy"], 3), fmt(d["kl"], 4),
             fmt(d["clip_frac"], 4), fmt(d["frac_reward_zero_std"], 3),
         ])
-    note = (f"Final accuracy: held-out greedy accuracy at each run's last step; mean over seeds with a "
+    note = (f"Final {title}: {described} at each run's last step; mean over seeds with a "
             f"{CONFIDENCE:.0%} percentile-bootstrap interval ({RESAMPLES:,} resamples of the seeds, fixed RNG seed). "
             f"Time to target: how many seeds reached {target:g} at an evaluation, and the median over seeds of the "
             f"training seconds (elapsed_s, without model loading) until the first evaluation at or above it (a "
@@ -64,14 +74,15 @@ def results_table(entries: list[EntrySummary], recipes: dict[str, str], target: 
     return Table("Results per entry", header, rows, note)
 
 
-def ranking_table(ranked: list[Ranked], seeds: int) -> Table:
-    header = ["rank", "entry", "tier", "final greedy acc. [95% CI]", "Δ vs best [95% CI]", "p (vs best)"]
+def ranking_table(ranked: list[Ranked], seeds: int, metric: str = ACCURACY) -> Table:
+    column, _, title, _ = metric_names(metric)
+    header = ["rank", "entry", "tier", f"final {column} [95% CI]", "Δ vs best [95% CI]", "p (vs best)"]
     rows = []
     for r in ranked:
         test = r.vs_best
         rows.append([str(r.rank), r.entry.label, str(r.tier), fmt_interval(r.entry.final_accuracy),
                      "–" if test is None else fmt_interval(test.diff), "–" if test is None else f"{test.p_value:.3f}"])
-    note = (f"Ranked by mean final accuracy. Test: bootstrap test of the difference of mean final accuracy at "
+    note = (f"Ranked by mean final {title}. Test: bootstrap test of the difference of mean final {title} at "
             f"{1 - CONFIDENCE:.0%}, paired by seed (the same seed gives both entries the same warm start and "
             f"prompt stream; the per-seed differences are resampled, {RESAMPLES:,} times) — unpaired when fewer "
             f"than 2 seeds are shared. Two entries differ when the {CONFIDENCE:.0%} interval of the difference "
@@ -79,11 +90,12 @@ def ranking_table(ranked: list[Ranked], seeds: int) -> Table:
             f"distinguishable from that tier's best entry, otherwise it starts the next tier. With {seeds} "
             f"seed(s) the bootstrap is coarse (with 3 seeds, a paired difference is significant exactly when "
             f"it has the same sign on every seed): treat tiers as indicative, and add seeds to sharpen them.")
-    return Table("Ranking by final accuracy", header, rows, note)
+    return Table(f"Ranking by final {title}", header, rows, note)
 
 
-def seeds_table(entries: list[EntrySummary], target: float) -> Table:
-    header = ["entry", "seed", "warm-start acc.", "final acc.", "gain", f"time to {target:g}"]
+def seeds_table(entries: list[EntrySummary], target: float, metric: str = ACCURACY) -> Table:
+    _, short, title, described = metric_names(metric)
+    header = ["entry", "seed", f"warm-start {short}", f"final {short}", "gain", f"time to {target:g}"]
     rows = []
     for e in entries:
         for r in e.runs:
@@ -91,8 +103,9 @@ def seeds_table(entries: list[EntrySummary], target: float) -> Table:
             rows.append([e.label, str(r.seed), fmt(warm), fmt(r.final_accuracy),
                          fmt(None if warm is None else r.final_accuracy - warm, sign="+"),
                          fmt_seconds(r.time_to(target))])
-    note = ("Warm-start accuracy: held-out greedy accuracy of the step-0 evaluation, before any update. Final "
-            "accuracy: at the run's last step. Gain: final minus warm start. Time to {target:g}: training seconds until the first evaluation at or "
+    note = (f"Warm-start {title}: {described} of the step-0 evaluation, before any update. Final {title}: at the "
+            f"run's last step. "
+            f"Gain: final minus warm start. Time to {target:g}: training seconds until the first evaluation at or "
             "above it.")
     return Table("Results per seed", header, rows, note)
 

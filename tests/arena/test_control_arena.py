@@ -48,4 +48,6 @@ def test_control_arena_trains_and_reports(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metric"] == "eval/return"
     assert (out / "figures" / "accuracy_vs_step.png").is_file()
-    assert "eval/return vs step" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "eval/return vs step" in md and "## Ranking by final eval/return" in md
+    assert "| entry | seed | warm-start eval/return | final eval/return | gain | time to " in md
