@@ -44,9 +44,9 @@ class GAE(TokenRewardAdvantage):
     ``−kl_coef·kl(old_logp, ref_logp)``); ``returns = A + values`` (unwhitened);
     ``adv = masked_whiten(A, mask)`` over the batch when ``whiten``.
 
-    Environment rows (a control policy's steps, ``polo.rollout.gym_engine``) carry their own per-step rewards
-    ``extras["step_rewards"]``, episode ends ``extras["dones"]`` and the value of the state after the row's last
-    step ``extras["bootstrap_value"]``; the recursion then runs over them unchanged.
+    Environment rows (a control policy's steps, ``polo.rollout.gym_engine``) carry three optional extras, which
+    only that engine provides: their own per-step rewards ``step_rewards``, episode ends ``dones`` and the value of
+    the state after the row's last step ``bootstrap_value``; the recursion then runs over them unchanged.
 
     GAE(γ, λ) is the exponentially weighted average of the k-step advantage estimates: λ = 1 gives the
     Monte-Carlo return minus V (unbiased, high variance), λ = 0 the one-step TD error.
