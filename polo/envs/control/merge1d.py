@@ -11,7 +11,7 @@ decisions.
 Each agent picks a meta-action: SLOWER / IDLE / FASTER (the accelerations ``accelerations``, by default −8, 0 and
 +2 m/s²: highway-env's speed controller brakes about that hard when it drops a speed level) or MERGE (to the main
 lane, keeping the speed; IDLE when already there). The shield looks ``horizon`` = 10 steps (2 s) ahead and an agent
-may brake to a stop: measured over 150 episodes of random, always-IDLE and always-FASTER agents, that keeps
+may brake to a stop: measured over 150–300 episodes of random, always-IDLE and always-FASTER agents, that keeps
 collisions at 0–1 %, while a 1 s look-ahead, or a speed floor of 10 m/s (a ramp agent that cannot wait at the end
 of the ramp), leaves 8–53 % (docs/control.md). Its *intent* is the ``horizon``-step path its action
 would give (polo.core.control.mappo_pis); with ``safety`` the safety module checks the agents one after the
