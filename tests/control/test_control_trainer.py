@@ -1,22 +1,17 @@
 """Control recipes and their runs: validation, the CLI, checkpoints and a killed run resumed bit for bit, and a
 learning test of the PPO base."""
 import json
-import shutil
 
 import pytest
 
 from polo.cli import main
 from polo.core.registry import ConfigError
-from polo.train.checkpoint import checkpoint_steps
 from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.train.control.trainer import ControlTrainer
+from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 SMALL = ["env.num_envs=2", "engine.num_steps=64", "total_steps=384", "epochs=2", "minibatches=4", "eval_episodes=2",
          "eval_every=1", "checkpoint_every=1"]
-
-
-def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_recipe_errors_name_the_bad_setting():
@@ -40,34 +35,27 @@ def test_total_steps_sets_iterations_and_is_what_config_yaml_keeps():
 def test_killed_run_resumes_bit_for_bit(tmp_path, sample_freq):
     """The shipped recipe (gSDE); with a period of 5 the exploration matrices are held across the checkpoint
     (64 steps per iteration), so their draws and call counter must be restored too."""
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    small = SMALL + [f"policy.sde_sample_freq={sample_freq}"]
-    ControlTrainer(load_control_recipe("ppo_continuous", small), whole, log=lambda m: None).run()
-    ControlTrainer(load_control_recipe("ppo_continuous", small), killed, log=lambda m: None).run()
-    shutil.rmtree(checkpoint_steps(killed)[3])  # as if killed after writing the step-2 checkpoint
-    trainer = resume_control(killed, log=lambda m: None)
-    assert trainer.iteration == 2
+    trainer, whole, killed = killed_after("ppo_continuous", SMALL + [f"policy.sde_sample_freq={sample_freq}"],
+                                         tmp_path, 2)
     assert trainer.method._policy.extra_state()["sde_calls"] == (2 * 64 - 1) % sample_freq + 1  # since the last draw
     trainer.run()
-    drop = ("time/", "perf/", "elapsed_s")
-    clean = lambda r: {k: v for k, v in r.items() if not k.startswith(drop)}  # noqa: E731
-    assert [clean(r) for r in rows(killed)] == [clean(r) for r in rows(whole)]
+    assert_same_rows(killed, whole)
 
 
 def test_cli_trains_and_extends_a_control_run(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "ppo_continuous", *SMALL, f"--run-dir={run}"]) == 0
     assert (run / "curves.png").is_file() and (run / "config.yaml").is_file()
-    first = rows(run)
+    first = metrics_rows(run)
     assert [r["step"] for r in first] == [0, 1, 2, 3]
     assert {"eval/return", "train/env_steps", "policy/approx_kl", "loss/value"} <= set(first[-1])
     assert main(["train", "--resume", str(run), "total_steps=512"]) == 0
-    assert rows(run)[-1]["step"] == 4
+    assert metrics_rows(run)[-1]["step"] == 4
     assert main(["train", "--resume", str(run), "lr=0.1"]) == 2
     assert "refused: lr" in capsys.readouterr().err
     assert main(["eval", str(run)]) == 0
     evaluated = json.loads(capsys.readouterr().out)
-    assert evaluated["iteration"] == 4 and evaluated["eval/return"] == rows(run)[-1]["eval/return"]
+    assert evaluated["iteration"] == 4 and evaluated["eval/return"] == metrics_rows(run)[-1]["eval/return"]
     assert main(["config", "ppo_continuous", "lr=0.01"]) == 0
     assert "lr: 0.01" in capsys.readouterr().out
 

@@ -1,7 +1,5 @@
 """Graph-GRPO: per-choice and graph-level advantages and the loss (misc spec §2(e)), their edge cases, the AgentGraph
 environment, the method's group checks, the recipes (smoke) and a killed run resumed bit for bit."""
-import json
-import shutil
 
 import numpy as np
 import pytest
@@ -12,7 +10,8 @@ from polo.core.registry import ConfigError
 from polo.envs.control.agent_graph import AgentGraph
 from polo.train.checkpoint import checkpoint_steps, load_checkpoint
 from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.train.control.trainer import ControlTrainer
+from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 P = torch.tensor([[0.8, 0.5, 0.3]], dtype=torch.float64)
 X = torch.tensor([[[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 0, 0]]], dtype=torch.float64)
@@ -128,15 +127,11 @@ def test_agent_graph_env():
         env.step(np.full(28, 2))
 
 
-def _rows(run):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 def test_recipes_smoke(tmp_path):
     for name in ("graph_grpo", "graph_grpo_graph_level"):
         run = tmp_path / name
         ControlTrainer(load_control_recipe(name, [*SMALL, "checkpoint_every=3"]), run, log=lambda m: None).run()
-        rows = _rows(run)
+        rows = metrics_rows(run)
         assert [r["step"] for r in rows] == [0, 1, 2, 3]
         assert {"eval/success", "eval/success_prob", "eval/best_success_prob", "loss/policy", "policy/kl_ref",
                 "adv/valid_fraction", "train/step_reward"} <= set(rows[-1])
@@ -160,16 +155,9 @@ def test_settings_errors():
 
 
 def test_killed_run_resumes_bit_for_bit(tmp_path):
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    small = [*SMALL, "iterations=2"]
-    ControlTrainer(load_control_recipe("graph_grpo", small), whole, log=lambda m: None).run()
-    ControlTrainer(load_control_recipe("graph_grpo", small), killed, log=lambda m: None).run()
-    shutil.rmtree(checkpoint_steps(killed)[2])  # as if killed after writing the step-1 checkpoint
-    trainer = resume_control(killed, log=lambda m: None)
-    assert trainer.iteration == 1
+    trainer, whole, killed = killed_after("graph_grpo", [*SMALL, "iterations=2"], tmp_path, 1)
     trainer.run()
-    clean = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "elapsed_s"))}  # noqa: E731
-    assert [clean(r) for r in _rows(killed)] == [clean(r) for r in _rows(whole)]
+    assert_same_rows(killed, whole)
     a, _ = load_checkpoint(checkpoint_steps(whole)[2])
     b, _ = load_checkpoint(checkpoint_steps(killed)[2])
     for role in ("policy", "reference"):

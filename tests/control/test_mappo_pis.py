@@ -1,7 +1,5 @@
 """MAPPO-PIS: the 1-D intent / safety-module / reward math (the spec's numbers), the Merge1D environment, the shared
 actor, the method ``mappo`` (both critics) and its recipes."""
-import json
-import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +12,8 @@ from polo.core.registry import ConfigError
 from polo.rollout.gym_engine import action_rows
 from polo.train.checkpoint import checkpoint_steps
 from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.train.control.trainer import ControlTrainer
+from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 ATOL = 1e-4
 INF = float("inf")
@@ -312,15 +311,11 @@ SMALL = ["env.num_envs=2", "engine.num_steps=30", "iterations=3", "epochs=2", "m
          "eval_every=1", "checkpoint_every=1"]
 
 
-def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("recipe", ["mappo_pis_merge", "mappo_merge_nosem"])
 def test_recipes_train_and_report_the_merge_metrics(tmp_path, recipe):
     ControlTrainer(load_control_recipe(recipe, SMALL[:2] + ["iterations=1", "epochs=1", "minibatches=2",
                                                             "eval_episodes=2"]), tmp_path / "r", log=lambda m: None).run()
-    last = rows(tmp_path / "r")[-1]
+    last = metrics_rows(tmp_path / "r")[-1]
     assert {"eval/collision", "eval/speed", "eval/merged", "eval/shielded", "loss/value", "policy/clip_frac"} <= set(last)
     assert checkpoint_steps(tmp_path / "r") and (tmp_path / "r" / "curves.png").is_file()
     assert (last["eval/shielded"] == 0.0) == (recipe == "mappo_merge_nosem")
@@ -330,15 +325,9 @@ def test_recipes_train_and_report_the_merge_metrics(tmp_path, recipe):
 def test_killed_run_resumes_bit_for_bit(tmp_path, critic):
     extra = [f"critic.input={critic}"] + (["critic.hidden=[32]", "critic.target_every=2", "advantage.lam=1.0",
                                             "engine.bootstrap_truncation='off'"] if critic == "local_q" else [])
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    for run in (whole, killed):
-        ControlTrainer(load_control_recipe("mappo_pis_merge", SMALL + extra), run, log=lambda m: None).run()
-    shutil.rmtree(checkpoint_steps(killed)[3])
-    trainer = resume_control(killed, log=lambda m: None)
-    assert trainer.iteration == 2
+    trainer, whole, killed = killed_after("mappo_pis_merge", SMALL + extra, tmp_path, 2)
     trainer.run()
-    clean = lambda r: {k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "elapsed_s"))}  # noqa: E731
-    assert [clean(r) for r in rows(killed)] == [clean(r) for r in rows(whole)]
+    assert_same_rows(killed, whole)
 
 
 def test_local_q_advantages_are_monte_carlo_returns_minus_the_target_q():

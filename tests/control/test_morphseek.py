@@ -1,9 +1,7 @@
 """MorphSeek: the tensor math (LDVN log-likelihood, Dice, Jacobian and folding, reward, KL, group advantages,
 warping and field composition), the latent registration policy, ToyReg2D and its environment, and method
 morphseek (configuration errors, a recipe run, a killed run resumed bit for bit)."""
-import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -18,15 +16,12 @@ from polo.envs.control.toyreg2d import toyreg2d_dataset, toyreg2d_pairs
 from polo.policy.control.base import CONTROL_POLICIES
 from polo.train.checkpoint import checkpoint_steps
 from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.train.control.trainer import ControlTrainer
+from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 ATOL = 1e-4
 SMALL = ["iterations=4", "warmup_iterations=2", "warmup_batch=4", "batch=2", "latent_samples=3", "train_pairs=16",
          "test_pairs=8", "eval_every=1", "checkpoint_every=2"]
-
-
-def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 # ---------------------------------------------------------------------- (e) numbers
@@ -228,7 +223,7 @@ def test_configuration_errors_name_the_setting():
 def test_recipe_smoke_run_and_ablation(tmp_path):
     run = tmp_path / "run"
     ControlTrainer(load_control_recipe("morphseek", SMALL), run, log=lambda m: None).run()
-    out = rows(run)
+    out = metrics_rows(run)
     assert [r["step"] for r in out] == [0, 1, 2, 3, 4]
     assert [r["train/phase"] for r in out[1:]] == [0.0, 0.0, 1.0, 1.0]
     assert {"loss/warm", "loss/kl", "train/dice"} <= set(out[1])
@@ -238,22 +233,14 @@ def test_recipe_smoke_run_and_ablation(tmp_path):
                               tmp_path / "ablation", log=lambda m: None)
     assert ablation.headline == "eval/dice"
     ablation.run()
-    assert rows(tmp_path / "ablation")[-1]["step"] == 4
+    assert metrics_rows(tmp_path / "ablation")[-1]["step"] == 4
 
 
 @pytest.mark.parametrize("warmup", [1, 2])  # resumed inside GRPO, and right where GRPO starts (a fresh Adam)
 def test_killed_run_resumes_bit_for_bit(tmp_path, warmup):
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    ControlTrainer(load_control_recipe("morphseek", [*SMALL, f"warmup_iterations={warmup}"]), whole,
-                   log=lambda m: None).run()
-    shutil.copytree(whole, killed)
-    shutil.rmtree(checkpoint_steps(killed)[4])  # as if killed after writing the step-2 checkpoint
-    trainer = resume_control(killed, log=lambda m: None)
-    assert trainer.iteration == 2
+    trainer, whole, killed = killed_after("morphseek", [*SMALL, f"warmup_iterations={warmup}"], tmp_path, 2)
     trainer.run()
-    drop = ("time/", "perf/", "elapsed_s")
-    clean = lambda r: {k: v for k, v in r.items() if not k.startswith(drop)}  # noqa: E731
-    assert [clean(r) for r in rows(killed)] == [clean(r) for r in rows(whole)]
+    assert_same_rows(killed, whole)
 
 
 def test_ppo_can_drive_the_latent_policy_on_the_environment(tmp_path):

@@ -2,7 +2,6 @@
 block), the UnicycleID model, the MPPI planner, and the ``qoed`` recipes (smoke run, resume bit for bit)."""
 from __future__ import annotations
 
-import json
 import math
 import shutil
 
@@ -18,6 +17,7 @@ from polo.envs.control.unicycle_id import (THETA_MIN, THETA_PRIOR_MEAN, THETA_PR
                                            identifiable_parameters, mass_ratios, observation_difference,
                                            unicycle_observe, unicycle_step)
 from polo.policy.control.mppi import MPPIPlanner, MPPISettings
+from tests.control.kill_and_resume import assert_same_rows
 
 D = torch.float64
 J = torch.tensor([[1.0, 0.5, 0.0], [0.2, 1.0, 0.0], [0.5, 0.5, 0.001]], dtype=D)
@@ -301,11 +301,6 @@ def test_planner_rejects_bad_settings():
 SMALL = ["steps=4", "planner.samples=16", "planner.horizon=4", "cem_samples=64", "max_history=2", "eval_every=2"]
 
 
-def _rows(run_dir):
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/") and k != "elapsed_s"}
-            for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.parametrize("recipe", ["qoed", "qoed_boed", "qoed_agnostic"])
 def test_recipe_smoke(tmp_path, recipe):
     from polo.train.control.recipe import load_control_recipe
@@ -334,7 +329,7 @@ def test_resume_is_bit_for_bit(tmp_path, monkeypatch):
     resumed = trainer_module.resume_control(killed, log=lambda *a: None)
     assert resumed.iteration == 2
     resumed.run()
-    assert _rows(killed) == _rows(full)
+    assert_same_rows(killed, full)
     assert torch.equal(resumed.method._mean, trainer.method._mean)
     assert torch.equal(resumed.method._cov, trainer.method._cov)
     assert torch.equal(resumed.method._planner.U, trainer.method._planner.U)

@@ -2,7 +2,6 @@
 the windows, configuration errors, a recipe run and a killed run resumed bit for bit)."""
 import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -13,15 +12,12 @@ from polo.core.registry import ConfigError
 from polo.envs.control.stl_nav2d import STLNav2D
 from polo.train.checkpoint import checkpoint_steps, latest_checkpoint, load_checkpoint
 from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.train.control.trainer import ControlTrainer
+from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 A, B = np.array([1.5, 1.0]), np.array([-1.5, 1.0])
 SMALL = ["env.num_envs=4", "iterations=3", "warmup_iterations=1", "mh_steps=3", "eval_episodes=3",
          "eval_candidates=4", "eval_every=1", "checkpoint_every=1"]
-
-
-def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def scripted_episode(env):
@@ -169,22 +165,15 @@ def test_recipes_load():
 
 
 def test_recipe_smoke_and_killed_run_resumes_bit_for_bit(tmp_path):
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    ControlTrainer(load_control_recipe("tgpo_nav2d", SMALL), whole, log=lambda m: None).run()
-    out = rows(whole)
+    trainer, whole, killed = killed_after("tgpo_nav2d", SMALL, tmp_path, 2)
+    out = metrics_rows(whole)
     assert [r["step"] for r in out] == [0, 1, 2, 3]
     assert {"eval/success", "eval/robustness", "eval/allocation_value", "tgpo/allocation_value",
             "tgpo/mh_acceptance", "loss/value"} <= set(out[-1])
     assert "tgpo/mh_acceptance" not in out[1] and 0 <= out[-1]["eval/success"] <= 1
     assert len(checkpoint_steps(whole)) >= 1 and (whole / "curves.png").is_file()
-    ControlTrainer(load_control_recipe("tgpo_nav2d", SMALL), killed, log=lambda m: None).run()
-    shutil.rmtree(checkpoint_steps(killed)[3])  # as if killed after writing the step-2 checkpoint
-    trainer = resume_control(killed, log=lambda m: None)
-    assert trainer.iteration == 2
     trainer.run()
-    drop = ("time/", "perf/", "elapsed_s")
-    clean = lambda r: {k: v for k, v in r.items() if not k.startswith(drop)}  # noqa: E731
-    assert [clean(r) for r in rows(killed)] == [clean(r) for r in out]
+    assert_same_rows(killed, whole)
     weights, _ = load_checkpoint(latest_checkpoint(whole))
     for part in ("policy", "critic"):
         for key, value in trainer.method.weights()[part].items():
