@@ -7,7 +7,8 @@ from typing import Any
 from polo.core.registry import ConfigError, Registry
 from polo.envs.base import Environment
 
-ENVIRONMENTS: Registry = Registry("environment", ("polo.envs.textgrid", "polo.envs.kblookup", "polo.envs.guessnum"))
+ENVIRONMENTS: Registry = Registry("environment", ("polo.envs.textgrid", "polo.envs.kblookup", "polo.envs.guessnum",
+                                                  "polo.envs.codefix", "polo.envs.guarded_kb"))
 
 
 def register_environment(name: str) -> Callable[[type[Environment]], type[Environment]]:

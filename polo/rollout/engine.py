@@ -26,7 +26,9 @@ from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
 ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn",
-                                       "polo.rollout.guided", "polo.rollout.pairs", "polo.rollout.gym_engine"),
+                                       "polo.rollout.guided", "polo.rollout.pairs", "polo.rollout.gym_engine",
+                                       "polo.rollout.retroformer", "polo.rollout.inspo", "polo.rollout.self_hpo",
+                                       "polo.rollout.harmony_guard"),
                              default="single_turn")
 
 
@@ -135,6 +137,11 @@ class Engine(Component):
         one greedy completion each; an engine of episodes counts solved episodes)."""
         s = self.settings
         return accuracy(policy, s.task, examples, s.max_new_tokens, greedy=True, generate=self.generate)
+
+    def evaluation_metrics(self) -> dict[str, float]:
+        """Further held-out metrics of the last ``evaluate`` call, logged as ``eval/<name>`` (with data-parallel
+        learners, rank 0's share of the examples); none here."""
+        return {}
 
     def generate(self, policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **sampling) -> SampleOutput:
         """Completions of left-padded prompts (``sampling``: ``polo.rollout.sampler.sample``'s keywords), from

@@ -42,6 +42,8 @@ class TurnRecord:
     parent: int = -1
     depth: int = 0
     action_prefix: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """What an outer loop recorded about the turn's surroundings (``instruction``, ``harness_id``)."""
 
     @property
     def context_text(self) -> str:

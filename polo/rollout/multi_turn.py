@@ -164,14 +164,14 @@ class MultiTurn(Engine):
         the start of an episode's first action, as text or token ids (a token-offset branch: the prefix is not
         sampled and not trainable). Returns one dict per decoding call: its ``prompt_ids``/``prompt_mask``, the sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
         ``records``; each episode also gets its records."""
-        s, task = self.settings, self.settings.task
+        s = self.settings
         chat = bool(getattr(policy, "chat_template", False))
         context_limit = getattr(policy.hf_model.config, "max_position_embeddings", None)
         forced = dict(action_prefix or {})
         calls, turn = [], 0
         live = [ep for ep in episodes if not ep.done]
         while live and (max_turns is None or turn < max_turns):
-            contexts = [task.context(ep.env, ep.history, chat=chat) for ep in live]
+            contexts = [self.context(ep, chat) for ep in live]
             ids, mask = policy.encode_prompts(contexts)
             prefixes = [self._prefix_ids(policy, forced.pop(ep.traj, [])) for ep in live]
             if context_limit is not None and ids.shape[1] + s.max_new_tokens > context_limit:
@@ -180,6 +180,8 @@ class MultiTurn(Engine):
                                   f"task.history_window or raise model.tiny.max_position_embeddings")
             out = self._sample(policy, ids, mask, prefixes, generator, greedy, entropy)
             texts = policy.decode(out.response_ids, out.response_mask)
+            contexts, ids, mask, out, texts = self.review(policy, live, contexts, ids, mask, prefixes, out, texts,
+                                                          generator, greedy, entropy)
             records = []
             for ep, context, ids_, text in zip(live, contexts, prefixes, texts):
                 prefix = policy.tokenizer.decode(ids_, skip_special_tokens=True) if ids_ else ""
@@ -194,6 +196,17 @@ class MultiTurn(Engine):
             live = [ep for ep in live if not ep.done]
             turn += 1
         return calls
+
+    def context(self, episode: Episode, chat: bool) -> str | Example:
+        """What the policy reads before ``episode``'s next action: the task's rendering (an outer loop that
+        changes what surrounds the policy, an instruction or a harness, overrides it)."""
+        return self.settings.task.context(episode.env, episode.history, chat=chat)
+
+    def review(self, policy, live: list[Episode], contexts: list, ids: Tensor, mask: Tensor, prefixes: list[list[int]],
+               out, texts: list[str], generator, greedy: bool, entropy: bool):
+        """Between sampling a turn's actions and playing them: a guard may replace some rows' contexts, prompts,
+        samples and texts (HarmonyGuard's regenerated steps, polo.rollout.harmony_guard); here they pass."""
+        return contexts, ids, mask, out, texts
 
     @staticmethod
     def _prefix_ids(policy, prefix: str | list[int]) -> list[int]:

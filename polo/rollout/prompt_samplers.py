@@ -14,7 +14,8 @@ from pydantic import Field
 from polo.core.registry import Component, Registry
 from polo.rollout.engine import Rollouts
 
-PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.rollout.prompt_samplers",), default="uniform")
+PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.rollout.prompt_samplers", "polo.rollout.value_sampler"),
+                                    default="uniform")
 Generate = Callable[[list, list[int]], Rollouts]
 
 

@@ -23,7 +23,8 @@ from polo.tasks.base import Task
 PROVIDERS: Registry = Registry("input", ("polo.rollout.providers", "polo.rollout.agent_probes",
                                          "polo.rollout.answer_sets", "polo.rollout.example_inputs", "polo.rollout.pairs",
                                          "polo.rollout.judge_inputs", "polo.rollout.prime_inputs",
-                                         "polo.rollout.teacher_inputs", "polo.rollout.test_results"))
+                                         "polo.rollout.teacher_inputs", "polo.rollout.test_results",
+                                         "polo.rollout.didpo_inputs"))
 PRIVILEGED_TEMPLATE = " The ground truth answer is {answer}."
 
 

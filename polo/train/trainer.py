@@ -418,6 +418,7 @@ class Trainer:
                 else contextlib.nullcontext():
             row = {"eval/greedy_accuracy": self.data_parallel.evaluate(partial(self.engine.evaluate, self.policy),
                                                                        self.eval_examples)}
+        row.update({f"eval/{name}": value for name, value in self.engine.evaluation_metrics().items()})
         for callback in self.callbacks:
             row.update(callback.on_evaluate(self, row) or {})
         row["time/eval"] = time.perf_counter() - t

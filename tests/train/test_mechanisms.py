@@ -92,6 +92,7 @@ MECHANISMS = {
     "verpo_tests": (CLIP, (">", 0.005), CLIP_WHY + " (dense difficulty-weighted unit-test advantages)"),  # 0.160
     "vpo": (CLIP, (">", 0.005), CLIP_WHY + " (answer-set scores under Dirichlet scalarizations)"),  # 0.126
     "vulpo": (CLIP, (">", 0.005), CLIP_WHY + " (judged rewards scaled by label and prompt difficulty)"),  # 0.137
+    "vspo_prs": (CLIP, (">", 0.005), CLIP_WHY + " (value-resampled groups, smoothed-std clipped advantages)"),
 }
 
 MULTI_TURN_ON_POLICY = ("a multi-turn credit-assignment recipe on gigpo's loop: one update per rollout batch of step "
@@ -120,6 +121,13 @@ EXEMPT = {
     "reflectpo": MULTI_TURN_ON_POLICY + " (ReflectPO)",
     "rtpo": MULTI_TURN_ON_POLICY + " (RTPO)",
     "sopo": MULTI_TURN_ON_POLICY + " (SOPO)",
+    "harmony_guard": MULTI_TURN_ON_POLICY + " (HarmonyGuard)",
+    "gigpo_code": MULTI_TURN_ON_POLICY + " (GiGPO on CodeFix)",
+    "didpo": MULTI_TURN_ON_POLICY + " (DiDPO)",
+    "inspo": MULTI_TURN_ON_POLICY + " (INSPO: the instruction population changes only the prompts)",
+    "self_hpo": MULTI_TURN_ON_POLICY + " (Self-HPO: the harness changes only the prompts and turn limits)",
+    "retroformer": "Retroformer's retrospective model takes one update per rollout batch of reflection rows, as the "
+                   "multi-turn recipes do (the paper's PPO via trl is not mirrored)",
     "gkd": "GKD is on-policy distillation: the student's own samples scored by the teacher, one update per rollout "
            "batch, and no importance ratio in its loss (policy_loss none)",
     "kepo": "KEPO's RL term is one on-policy step (exp(logp - sg(logp)) A, no clipping; TRL GRPO num_iterations 1), "
@@ -156,9 +164,13 @@ EXTRA = {
     # row is trained; up to 200 (it stops at its 35 % target, 90 steps) give groups that differ (~30 % solved)
     "gigpo": ["warm_start.steps=200"],
     "agent_grpo": ["warm_start.steps=200"],
+    # tool_calc after 40 warm-start steps writes no well-formed call: every group is constant, the value sampler
+    # drops them all and nothing is trained; 150 steps (as tests/train/test_vspo_prs.py) mix formats
+    "vspo_prs": ["warm_start.steps=150", "warm_start.target_accuracy=null", "rollout.samples_per_prompt=4"],
     # the new multi-turn recipes: the tiny warm start solves few episodes and many advantages are 0; the update
     # then runs on every row anyway, which is what this test checks (one on-policy update per batch)
-    **{name: ["train.skip_zero_advantage_rows=false"] for name in ("appo", "bipace", "cipo", "g2po", "himpo", "iapo", "igpo", "infopo", "mapo", "opo_observation", "planpo", "reflectpo", "rtpo", "sopo")},
+    **{name: ["train.skip_zero_advantage_rows=false"] for name in ("appo", "bipace", "cipo", "g2po", "himpo", "iapo", "igpo", "infopo", "mapo", "opo_observation", "planpo", "reflectpo", "rtpo", "sopo", "harmony_guard", "retroformer",
+                                                                  "gigpo_code", "didpo", "inspo", "self_hpo")},
     # the shipped recipe asks for an HTTP judge server and labelled vulnerability data: a labelled toy task and a
     # three-criterion causal judge (the frozen warm-started policy) instead
 }

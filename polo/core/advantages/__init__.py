@@ -12,6 +12,8 @@ from polo.core.advantages import gdpo, verpo_tests, vpo  # noqa: F401  (register
 from polo.core.advantages import dagrpo, gcpo, vulpo  # noqa: F401  (registers)
 from polo.core.advantages import prime  # noqa: F401  (registers)
 from polo.core.advantages import srpo  # noqa: F401  (registers)
+from polo.core.advantages import didpo  # noqa: F401  (registers)
+from polo.core.advantages import vspo  # noqa: F401  (registers)
 
 __all__ = [
     "GAE", "GRPO", "RLOO", "AdvantageEstimator", "AdvantageResult", "DrGRPO", "ReinforcePP",
