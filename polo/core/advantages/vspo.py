@@ -8,24 +8,21 @@ from torch import Tensor
 from polo.core.advantages.base import AdvantageResult, SequenceAdvantage
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
-from polo.core.segment import segment_sum
+from polo.core.segment import group_stats
 
 
 def smoothed_group_std(reward: Tensor, group: Tensor, eta: float) -> tuple[Tensor, Tensor, Tensor]:
     """Per sample: its group's mean ``μ_g``, smoothed std ``σ̃_g = η·σ_g + (1 − η)·σ̄`` and group size.
 
-    ``σ_g`` is the unbiased std of group g (divisor n_g − 1); ``σ̄`` is the mean of ``σ_g`` over the groups
-    of the batch that have at least two samples (0 when none has). A singleton group has ``σ_g = 0``.
+    ``σ_g`` is the unbiased std of group g (divisor n_g − 1, from ``group_stats``); ``σ̄`` is the mean of ``σ_g``
+    over the groups of the batch that have at least two samples (0 when none has). Singleton groups (whose
+    mean and std ``group_stats`` sets to 0 and 1) take no part in ``σ̄``; the caller gives them A = 0.
     """
-    _, inv = torch.unique(group, return_inverse=True)
-    count = segment_sum(torch.ones_like(reward), inv)
-    mean = segment_sum(reward, inv) / count
-    var = segment_sum((reward - mean[inv]) ** 2, inv) / (count - 1).clamp_min(1)
-    std = var.sqrt()
-    multi = count > 1
-    std_bar = std[multi].mean() if bool(multi.any()) else reward.new_zeros(())
-    smooth = eta * std + (1 - eta) * std_bar
-    return mean[inv], smooth[inv], count[inv]
+    mean, std, count = group_stats(reward, group)
+    share = torch.where(count > 1, 1 / count, 0.0)  # the samples of a group of n ≥ 2 carry 1/n each
+    groups = share.sum()
+    std_bar = (std * share).sum() / groups if bool(groups > 0) else reward.new_zeros(())
+    return mean, eta * std + (1 - eta) * std_bar, count
 
 
 @ADVANTAGES.register("vspo")
