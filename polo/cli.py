@@ -217,17 +217,29 @@ def cmd_eval(args) -> int:
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} is not a run folder (no config.yaml)")
     if _is_control_run(run):
+        if args.grue:
+            raise ConfigError(f"{run} is a control run: polo eval --grue evaluates language-model runs")
         return _eval_control(run)
     if args.size is not None and args.size < 1:
         raise ConfigError(f"--size must be at least 1, got {args.size}")
     if args.show < 0:
         raise ConfigError(f"--show must be 0 or more, got {args.show}")
+    if not args.grue and any(v is not None for v in (args.samples, args.seed, args.reference, args.step)):
+        raise ConfigError("--samples, --seed, --reference and --step belong to polo eval --grue")
     try:
         recipe = load_recipe(run / "config.yaml")
         task = build_task(recipe.task)
     except ConfigError as err:
         raise ConfigError(f"{err}{_plugin_hint(run, err, args.plugin)}") from None
     set_threads(recipe)
+    if args.grue:
+        from polo.train.grue import grue_evaluate, grue_table
+
+        result = grue_evaluate(run, recipe, task, step=args.step, size=args.size, seed=args.seed,
+                               samples=4 if args.samples is None else args.samples, reference_path=args.reference, log=_log)
+        print(grue_table(result))
+        _log(f"GRUE result: {result['file']}")
+        return 0
     ckpt = latest_checkpoint(run)
     if ckpt is None:
         raise ConfigError(f"{run} has no checkpoint that verifies")
@@ -402,6 +414,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, help="number of test problems")
     p.add_argument("--show", type=int, default=0, metavar="N",
                    help="also print N test problems with prompt, greedy completion, answer and correctness")
+    p.add_argument("--grue", action="store_true", help="GRUE evaluation (RL4LMs): task score, naturalness "
+                   "(perplexity under a reference LM) and diversity of held-out completions; writes RUN/grue.json")
+    p.add_argument("--samples", type=int, help="--grue: sampled completions per prompt (default 4)")
+    p.add_argument("--seed", type=int, help="--grue: seed of the sampled completions (default: the run's seed)")
+    p.add_argument("--reference", metavar="PATH", help="--grue: local causal LM checkpoint scoring perplexity "
+                   "(default: the run's starting model)")
+    p.add_argument("--step", type=int, help="--grue: checkpoint step to evaluate, 0 = the starting model "
+                   "(default: the newest checkpoint)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("rm", help="train a Bradley-Terry reward model on preference pairs (a Hugging Face "

@@ -113,6 +113,15 @@ def test_a_pool_larger_than_the_task_warns_with_the_distinct_count():
     assert f"train.train_pool=5000 drew only {distinct} distinct problems" in message
 
 
+def test_problems_are_counted_by_the_tasks_problem_key():
+    """An image task asks one question about many pictures: its problems differ by picture, not by prompt."""
+    task = build_task({"name": "shape_count", "colours": 1})
+    pool = task.examples("train", 300, seed=0)
+    assert len({e.prompt for e in pool}) < 10 and data_warnings(pool, [], builtin_tokenizer=True)
+    assert data_warnings(pool, [], builtin_tokenizer=True, key=task.problem_key) == []
+    assert held_out_overlap_warning(pool[:200], pool[200:], task.problem_key) is None
+
+
 def test_characters_the_char_tokenizer_cannot_read_are_named_once():
     pool = [Example(f"{i}+{i}=", str(2 * i)) for i in range(50)]
     evaluation = [Example("café→", "é"), Example("naïve", "x")]

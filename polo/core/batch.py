@@ -88,6 +88,14 @@ class RolloutBatch:
         """An input by the name components declare: a field of the batch, or ``extras[name]``."""
         return getattr(self, name) if name in BATCH_FIELDS else self.extras.get(name)
 
+    def require(self, name: str, where: str) -> Tensor:
+        """``input(name)``; a ValueError starting with ``where`` (who needs it and what it is) when the batch has
+        none."""
+        value = self.input(name)
+        if value is None:
+            raise ValueError(f"{where}; the batch has none (extras: {sorted(self.extras) or 'none'})")
+        return value
+
     def set_input(self, name: str, value: Tensor) -> None:
         """Write an input under its declared name: into the field of that name, or into ``extras``."""
         if name in BATCH_FIELDS:

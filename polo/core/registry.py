@@ -167,7 +167,9 @@ POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses", "polo.cor
                                    default="ppo_clip")
 DIVERGENCES: Registry = Registry("divergence", ("polo.core.divergences",), default="k3")
 AGGREGATIONS: Registry = Registry("aggregation", ("polo.core.aggregation",), default="token_mean")
-SHAPING: Registry = Registry("shaping", ("polo.core.shaping", "polo.core.shaping.judge", "polo.core.shaping.prs"))
+SHAPING: Registry = Registry("shaping", ("polo.core.shaping", "polo.core.shaping.judge", "polo.core.shaping.prs",
+                                         "polo.core.shaping.rapo", "polo.core.shaping.consistency",
+                                         "polo.core.shaping.judge_multi"))
 CREDIT: Registry = Registry("credit", ("polo.core.credit",))
 OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook", ("polo.core.optim_hooks",))
 REGULARIZERS: Registry = Registry("regularizer", ("polo.core.regularizers",))

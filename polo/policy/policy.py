@@ -5,7 +5,7 @@ import copy
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +16,8 @@ from polo.core.registry import ConfigError
 from polo.policy.inputs import concat_inputs, pad_sequences
 from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora, merged_state_dict
 from polo.policy.prefix import CachedDecoder, read_after_prompt
+from polo.policy.tiny import TinyModelConfig, build_tiny_model
+from polo.policy.tokenizer import build_char_tokenizer
 
 if TYPE_CHECKING:
     from polo.tasks.base import Example
@@ -95,7 +97,22 @@ class Policy(nn.Module):
     Devices: the model lives on ``device``; the token tensors it is given may live elsewhere (the rollout batch
     stays on the host, where the core's math and the rewards run): each call moves its inputs to ``device``
     and returns float32 results on the inputs' device.
+
+    Policy kinds (``model.kind``, polo.policy.kinds) subclass it. What a kind may change: ``input_names`` (the
+    per-prompt model inputs besides the token ids, e.g. an image's ``pixel_values``, produced by
+    ``prompt_inputs``, carried in the rollout batch's extras and handed back to every forward by
+    ``model_inputs``), ``own_sampler`` (a policy that decodes itself, e.g. a diffusion LM; None: polo's KV-cache
+    sampler) and ``demonstration_loss`` (the warm start's supervised loss).
     """
+
+    input_names: ClassVar[tuple[str, ...]] = ()
+    """Names of the per-prompt model inputs besides the token ids (``prompt_inputs``); none for a text LM."""
+    own_sampler: ClassVar[Callable[..., Any] | None] = None
+    """A decoding function with ``polo.rollout.sampler.sample``'s signature that replaces polo's sampler; None."""
+    auto_model: ClassVar[type] = AutoModelForCausalLM
+    """The Hugging Face auto class ``load`` reads a checkpoint folder of this kind with."""
+    causal_trunk: ClassVar[bool] = True
+    """Whether ``hf_model.base_model`` is a causal text trunk a critic can copy (``ValueModel.from_policy``)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False,
                  compute_dtype: torch.dtype | None = None):
@@ -121,7 +138,7 @@ class Policy(nn.Module):
         path = Path(path)
         tokenizer = load_tokenizer(path)
         with loading(path):
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+            model = cls.auto_model.from_pretrained(path, dtype=dtype, local_files_only=True)
         if (path / ADAPTER_DIR).is_dir():
             model = load_lora(model, path / ADAPTER_DIR)
         elif lora is not None:
@@ -141,6 +158,28 @@ class Policy(nn.Module):
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+    @classmethod
+    def build_tiny(cls, model_settings) -> "Policy":
+        """A fresh, untrained built-in model sized by ``model_settings.tiny`` (the recipe's ``model`` section;
+        seed with ``torch.manual_seed``)."""
+        return build_tiny_policy(model_settings.tiny)
+
+    def prompt_inputs(self, prompts: Sequence[str | Example]) -> dict[str, Tensor]:
+        """The per-prompt model inputs of ``prompts`` besides their token ids (``input_names``), each with one
+        row per prompt, on the host; none for a text LM."""
+        return {}
+
+    def model_inputs(self, batch) -> dict[str, Tensor]:
+        """The ``input_names`` inputs of a rollout batch's rows (its extras), to pass to ``forward_logp``."""
+        return {name: batch.extras[name] for name in self.input_names}
+
+    def demonstration_loss(self, prompt_ids: Tensor, prompt_mask: Tensor, ids: Tensor, mask: Tensor,
+                           inputs: dict[str, Tensor]) -> Tensor:
+        """The warm start's supervised loss on demonstrations ``ids``: ``−mean_{completion tokens} log π(y_t | x,
+        y_<t)``."""
+        logp = self.forward_logp(prompt_ids, prompt_mask, ids, mask, **inputs)["logp"]
+        return -(logp * mask).sum() / mask.sum()
 
     @property
     def hf_model(self) -> PreTrainedModel:
@@ -196,25 +235,33 @@ class Policy(nn.Module):
         a wrapper that restricts the action space (``ActionMaskedPolicy``) sets excluded tokens to −inf."""
         return logits
 
+    def response_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                        hidden_layer: int | None, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+        """``(logits [B, T, V] float32 predicting each response token, hidden_states[hidden_layer] or None)`` of one
+        forward over ``prompt ++ response`` (position t−1 predicts response token t); called inside ``autocast``
+        with the tensors on ``device``; ``inputs``: the rows' ``model_inputs`` (none for a text LM)."""
+        T = response_ids.shape[1]
+        if hidden_layer is None:
+            return read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                     lambda out: out.logits, lm_head=True).float(), None
+        out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
+                         logits_to_keep=T + 1, output_hidden_states=True)
+        return out.logits[:, :-1].float(), out.hidden_states[hidden_layer]
+
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool | Literal["metric"] = False, return_full: bool = False,
-                     hidden_layer: int | None = None) -> dict[str, Tensor]:
+                     hidden_layer: int | None = None, **inputs: Tensor) -> dict[str, Tensor]:
         """One forward over ``prompt ++ response``: ``logp`` ``[B, T]`` of the response tokens under
         ``softmax(restrict(logits) / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
         log-softmax) and ``hidden_states`` ``[B, Tp + T, d]`` (the model's ``hidden_states[hidden_layer]``, 0 =
-        embeddings); all float32, on the inputs' device."""
-        home, T = response_ids.device, response_ids.shape[1]
+        embeddings); all float32, on the inputs' device. ``inputs``: the rows' ``model_inputs``."""
+        home = response_ids.device
         prompt_ids, prompt_mask, response_ids, response_mask = (
             x.to(self.device) for x in (prompt_ids, prompt_mask, response_ids, response_mask))
+        inputs = {name: x.to(self.device) for name, x in inputs.items()}
         with self.autocast():  # the model (and a restricting wrapper's masking model) in compute_dtype
-            if hidden_layer is None:  # position t-1 predicts response token t
-                logits = read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
-                                           lambda out: out.logits, lm_head=True).float()
-            else:
-                out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
-                                 logits_to_keep=T + 1, output_hidden_states=True)
-                logits = out.logits[:, :-1].float()
+            logits, hidden = self.response_logits(prompt_ids, prompt_mask, response_ids, hidden_layer, inputs)
             if temperature != 1.0:
                 logits = logits / temperature
             logits = self.restrict(logits, prompt_ids, prompt_mask, response_ids)
@@ -225,8 +272,8 @@ class Policy(nn.Module):
             result["entropy"] = entropy_from_logits(source).masked_fill(masked, 0.0)
         if return_full:
             result["logprobs_full"] = logits.log_softmax(-1).masked_fill(masked[..., None], 0.0)
-        if hidden_layer is not None:
-            result["hidden_states"] = out.hidden_states[hidden_layer].float()
+        if hidden is not None:
+            result["hidden_states"] = hidden.float()
         return {name: value.to(home) for name, value in result.items()}
 
     forward = forward_logp
@@ -246,6 +293,9 @@ class ValueModel(nn.Module):
     @classmethod
     def from_policy(cls, policy: Policy) -> "ValueModel":
         """A copy of the policy's trunk (with its device, mixed precision and gradient checkpointing)."""
+        if not policy.causal_trunk:
+            raise ConfigError(f"a critic copies a causal LM's trunk, but the policy is a {type(policy).__name__}: "
+                              f"use an advantage without a value model (group baselines) for this model.kind")
         trunk = copy.deepcopy(policy.hf_model.base_model)
         trunk.requires_grad_(True)
         return cls(trunk, policy.hf_model.config.hidden_size, policy.compute_dtype).to(policy.device)
@@ -260,3 +310,9 @@ class ValueModel(nn.Module):
                                        lambda out: out.last_hidden_state, lm_head=False)
         values = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float().to(home)
         return values.masked_fill(~response_mask.bool(), 0.0)
+
+
+def build_tiny_policy(cfg: TinyModelConfig | None = None) -> Policy:
+    """The default policy: the char tokenizer and a fresh tiny model (seed with ``torch.manual_seed``)."""
+    tokenizer = build_char_tokenizer()
+    return Policy(build_tiny_model(cfg or TinyModelConfig(), tokenizer), tokenizer)

@@ -76,10 +76,12 @@ class CachedDecoder:
         self.model, self.cache, self.precision = model, new_cache(hf_model), precision
         self.keep_hidden, self.hidden = False, None
 
-    def prefill(self, distinct: tuple[Tensor, Tensor, Tensor]) -> Tensor:
-        """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills)."""
+    def prefill(self, distinct: tuple[Tensor, Tensor, Tensor], **inputs: Tensor) -> Tensor:
+        """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills); ``inputs``:
+        the distinct prompts' further model inputs (e.g. ``pixel_values``)."""
         with self.precision():
-            out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden)
+            out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden,
+                          **inputs)
         if self.keep_hidden:
             self.hidden = out.hidden_states[-1][:, -1][distinct[2]]
         return out.logits[:, -1][distinct[2]]

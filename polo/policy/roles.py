@@ -21,7 +21,8 @@ from polo.policy.policy import Policy, ValueModel
 from polo.policy.reference import frozen_copy
 
 ROLES: Registry = Registry("role", ("polo.policy.roles", "polo.policy.history", "polo.policy.judges",
-                                    "polo.policy.implicit_prm", "polo.policy.teacher", "polo.policy.actor"))
+                                    "polo.policy.implicit_prm", "polo.policy.teacher", "polo.policy.actor",
+                                    "polo.policy.lambda_mix"))
 
 
 @dataclass

@@ -76,12 +76,3 @@ def build_tiny_model(cfg: TinyModelConfig, tokenizer) -> PreTrainedModel:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
-
-
-def build_tiny_policy(cfg: TinyModelConfig | None = None):
-    """The default policy: the char tokenizer and a fresh tiny model (seed with ``torch.manual_seed``)."""
-    from polo.policy.policy import Policy
-    from polo.policy.tokenizer import build_char_tokenizer
-
-    tokenizer = build_char_tokenizer()
-    return Policy(build_tiny_model(cfg or TinyModelConfig(), tokenizer), tokenizer)

@@ -17,7 +17,7 @@ import torch
 from pydantic import PrivateAttr
 
 from polo.core.batch import RolloutBatch, concat_batches
-from polo.core.registry import Component, Registry
+from polo.core.registry import Component, ConfigError, Registry
 from polo.rollout.evaluate import accuracy
 from polo.rollout.sampler import SampleOutput, sample
 from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings
@@ -28,7 +28,8 @@ from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 ENGINES: Registry = Registry("engine", ("polo.rollout.single_turn", "polo.rollout.multi_turn", "polo.rollout.reverse_turn",
                                        "polo.rollout.guided", "polo.rollout.pairs", "polo.rollout.gym_engine",
                                        "polo.rollout.retroformer", "polo.rollout.inspo", "polo.rollout.self_hpo",
-                                       "polo.rollout.harmony_guard"),
+                                       "polo.rollout.harmony_guard", "polo.rollout.lambda_mix",
+                                       "polo.rollout.diffusion_engine"),
                              default="single_turn")
 
 
@@ -107,6 +108,9 @@ class Engine(Component):
     provides: ClassVar[frozenset[str]] = frozenset({"old_logp", "correct", "prompt_index", "reward_present"})
     """Inputs the engine writes into every batch itself (behaviour log-probs, the verifier's verdict, ...)."""
 
+    policy_kinds: ClassVar[frozenset[str]] = frozenset({"causal"})
+    """The policy kinds (``model.kind``, polo.policy.kinds) the engine can roll out."""
+
     vllm: VLLMSettings | None = None
     """Decode in vLLM with these settings (the optional extra polo[vllm]); None: polo's own sampler."""
 
@@ -148,6 +152,9 @@ class Engine(Component):
         polo's sampler or from vLLM (built on first use from the policy's current weights)."""
         if self.vllm is None:
             return sample(policy, prompt_ids, prompt_mask, **sampling)
+        if sampling.pop("inputs", None):
+            raise ConfigError(f"engine {self.registry_name!r}: vLLM decoding takes token prompts only, but this policy "
+                              f"kind's prompts carry {', '.join(policy.input_names)}: drop engine.vllm")
         if self._vllm is None:
             self._vllm = VLLMGenerator(self.vllm, policy)
         return self._vllm.generate(policy, prompt_ids, prompt_mask, **sampling)

@@ -27,9 +27,10 @@ def completions(
     generator = torch.Generator().manual_seed(seed)
     texts: list[str] = []
     for start in range(0, len(examples), chunk):
-        ids, mask = policy.encode_prompts([e.prompt for e in examples[start : start + chunk]])
+        part = examples[start : start + chunk]
+        ids, mask = policy.encode_prompts([e.prompt for e in part])
         out = generate(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature,
-                     greedy=greedy, generator=generator)
+                       greedy=greedy, generator=generator, inputs=policy.prompt_inputs(part))
         texts += policy.decode(out.response_ids, out.response_mask)
     policy.train(was_training)
     return texts

@@ -42,6 +42,8 @@ def revealed(text: str, fraction: float) -> str:
 class Guided(SingleTurn):
     """``single_turn``, then help for the groups with no correct rollout (see the module docstring)."""
 
+    policy_kinds = frozenset({"causal"})
+
     paper = "Rationale-Guided Policy Optimization (arXiv:2610.07342); Knowledge-Enhanced Policy Optimization (arXiv:2602.00400)"
     provenance = "RECONSTRUCTED"
     provides = SingleTurn.provides | {"guided", "anchor"}

@@ -14,7 +14,8 @@ from pydantic import Field
 from polo.core.registry import Component, Registry
 from polo.rollout.engine import Rollouts
 
-PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.rollout.prompt_samplers", "polo.rollout.value_sampler"),
+PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.rollout.prompt_samplers", "polo.rollout.value_sampler",
+                                                        "polo.rollout.paraphrase_sampler"),
                                     default="uniform")
 Generate = Callable[[list, list[int]], Rollouts]
 
@@ -26,6 +27,28 @@ def group_reward_spread(reward: torch.Tensor, group: torch.Tensor) -> torch.Tens
     high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
     low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
     return high - low
+
+
+def keep_groups(n: int, next_round: Callable[[int, int], Rollouts | None],
+                keep: Callable[[Rollouts], torch.Tensor]) -> tuple[Rollouts, int, int, int]:
+    """Rounds of rollouts until ``n`` groups are kept: ``next_round(round, missing)`` gives round ``round``'s
+    (0-based) rollouts, or None to stop; ``keep(got)`` marks the groups to keep, taken in order while groups are
+    missing. Returns ``(kept groups, or the last round's rollouts when none was kept; groups kept; groups rolled
+    out; rounds)``."""
+    kept: list[Rollouts] = []
+    have, generated, rounds, got = 0, 0, 0, None
+    while have < n:
+        last = next_round(rounds, n - have)
+        if last is None:
+            break
+        got, rounds = last, rounds + 1
+        mask = keep(got)
+        generated += len(mask)
+        mask &= mask.cumsum(0) <= n - have
+        if mask.any():
+            kept.append(got.select_groups(mask))
+            have += int(mask.sum())
+    return (Rollouts.concat(kept) if kept else got), have, generated, rounds
 
 
 class PromptSampler(Component):
@@ -69,23 +92,12 @@ class DynamicSampling(PromptSampler):
         return ~all_correct
 
     def collect(self, stream, generate, n_prompts, generator, components):
-        kept: list[Rollouts] = []
-        have, rounds, generated = 0, 0, 0
-        while have < n_prompts and rounds < self.max_rounds:
-            want = n_prompts - have
-            got = generate(*stream.next(max(want, int(round(want * self.oversample)))))
-            mask = self.keep(got)
-            generated += len(mask)
-            mask &= mask.cumsum(0) <= want
-            if mask.any():
-                kept.append(got.select_groups(mask))
-                have += int(mask.sum())
-            rounds += 1
-        metrics = {"sampler/rounds": rounds, "sampler/kept_frac": have / max(generated, 1),
-                   "sampler/groups": have}
-        if not kept:  # nothing carried signal: train on the last round (its advantages are zero)
-            return got, metrics
-        return Rollouts.concat(kept), metrics
+        def next_round(done: int, want: int) -> Rollouts | None:
+            return None if done == self.max_rounds else generate(*stream.next(max(want, int(round(want * self.oversample)))))
+
+        # nothing carried signal: train on the last round (its advantages are zero)
+        got, have, generated, rounds = keep_groups(n_prompts, next_round, self.keep)
+        return got, {"sampler/rounds": rounds, "sampler/kept_frac": have / max(generated, 1), "sampler/groups": have}
 
 
 @PROMPT_SAMPLERS.register("spo_priority")

@@ -24,7 +24,8 @@ PROVIDERS: Registry = Registry("input", ("polo.rollout.providers", "polo.rollout
                                          "polo.rollout.answer_sets", "polo.rollout.example_inputs", "polo.rollout.pairs",
                                          "polo.rollout.judge_inputs", "polo.rollout.prime_inputs",
                                          "polo.rollout.teacher_inputs", "polo.rollout.test_results",
-                                         "polo.rollout.didpo_inputs"))
+                                         "polo.rollout.didpo_inputs", "polo.rollout.word_entropy",
+                                         "polo.rollout.score_inputs", "polo.rollout.span_inputs", "polo.rollout.element_inputs"))
 PRIVILEGED_TEMPLATE = " The ground truth answer is {answer}."
 
 
@@ -96,7 +97,8 @@ def behaviour_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Ten
     full = bool(needs & {"sum_pi_sq", "old_dist"})
     layer = hidden_layer(ctx.components.values()) if "hidden" in needs else None
     out = ctx.policy.forward_logp(*_sequence(batch), temperature=ctx.temperature,
-                                  return_entropy="entropy_old" in needs, return_full=full, hidden_layer=layer)
+                                  return_entropy="entropy_old" in needs, return_full=full, hidden_layer=layer,
+                                  **ctx.policy.model_inputs(batch))
     got: dict[str, Tensor] = {}
     if "rollout_logp" in needs:
         got["rollout_logp"], got["old_logp"] = batch.old_logp, out["logp"]
@@ -115,8 +117,9 @@ def behaviour_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Ten
 @torch.no_grad()
 def reference_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """``ref_logp`` ``[B,T]`` (and ``ref_dist`` ``[B,T,V]``, the full log π_ref) under the frozen reference."""
-    out = ctx.models["reference"].forward_logp(*_sequence(rollouts.batch), temperature=ctx.temperature,
-                                               return_full="ref_dist" in ctx.needs)
+    reference = ctx.models["reference"]
+    out = reference.forward_logp(*_sequence(rollouts.batch), temperature=ctx.temperature,
+                                 return_full="ref_dist" in ctx.needs, **reference.model_inputs(rollouts.batch))
     got = {"ref_logp": out["logp"]}
     if "ref_dist" in ctx.needs:
         got["ref_dist"] = out["logprobs_full"]

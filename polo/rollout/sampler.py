@@ -6,26 +6,15 @@ shrinks with the number of unfinished rows; the loop ends when every row has fin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 from polo.policy.inputs import trim_left_padding
 from polo.policy.policy import Policy
+from polo.policy.sampling import SampleOutput
 from polo.policy.prefix import distinct_prompts
 
 COMPACT_FRACTION = 8
 """Finished rows leave the batch once they are at least 1/COMPACT_FRACTION of it (selecting cache rows costs)."""
-
-
-@dataclass
-class SampleOutput:
-    response_ids: Tensor  # [B, T] right-padded with pad; includes the stop token when one was generated
-    response_mask: Tensor  # [B, T] 1 on generated tokens (stop token included)
-    logp: Tensor  # [B, T] log-prob of each token under softmax(logits / temperature), before top-p/top-k
-    truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
-    entropy: Tensor | None = None  # [B, T] entropy of each token's sampling distribution (return_entropy)
-    hidden: Tensor | None = None  # [B, d] last layer's state at each prompt's last token (return_hidden)
 
 
 def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None) -> Tensor:
@@ -49,7 +38,7 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
            generator: torch.Generator | None = None, return_entropy: bool = False,
-           return_hidden: bool = False) -> SampleOutput:
+           return_hidden: bool = False, inputs: dict[str, Tensor] | None = None, **own) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
     ``temperature == 0`` means greedy (log-probs then use temperature 1). The logits come from
@@ -59,7 +48,17 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     temperature, before top-p/top-k); ``return_hidden`` keeps the last layer's state at each prompt's last
     token from the prefill (no extra forward). The model runs on ``policy.device`` in its mixed precision
     (``Policy.autocast``); the outputs are float32, on ``prompt_ids``' device.
+
+    ``inputs``: per-prompt model inputs besides the ids (``Policy.prompt_inputs``, e.g. images), given to the
+    prefill; rows then do not share prefills. A policy with its own decoding (``Policy.own_sampler``, e.g. a
+    diffusion LM) is sampled by it, with these keywords and the engine's own (``own``).
     """
+    if policy.own_sampler is not None:
+        return policy.own_sampler(prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
+                                  return_entropy=return_entropy, return_hidden=return_hidden, inputs=inputs, **own)
+    if own:
+        raise TypeError(f"sample() got sampler settings {sorted(own)} that only a policy with its own sampler reads")
     home, device = prompt_ids.device, policy.device
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids.to(device), prompt_mask.to(device).long())
     B, Tp = prompt_ids.shape
@@ -76,10 +75,13 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     attention = torch.cat([prompt_mask, prompt_mask.new_ones(B, max_new_tokens)], dim=1)
     next_position = prompt_mask.sum(-1, keepdim=True)
     padded = not bool(prompt_mask.all())  # without padding the model's own causal mask is enough
-    distinct = distinct_prompts(prompt_ids, prompt_mask)  # the G samples of a prompt share its prefill
+    inputs = {name: x.to(device) for name, x in (inputs or {}).items()}
+    # the G samples of a prompt share its prefill (rows with their own inputs each have their own)
+    distinct = (prompt_ids, prompt_mask, torch.arange(B, device=device)) if inputs else \
+        distinct_prompts(prompt_ids, prompt_mask)
     decoder = policy.decoder()
     decoder.keep_hidden = return_hidden
-    logits = decoder.prefill(distinct)
+    logits = decoder.prefill(distinct, **inputs)
     hidden = decoder.hidden.float() if return_hidden else None
     steps = 0
     for t in range(max_new_tokens):

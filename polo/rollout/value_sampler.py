@@ -9,7 +9,7 @@ from torch import Tensor
 
 from polo.core.segment import segment_sum
 from polo.rollout.engine import Rollouts
-from polo.rollout.prompt_samplers import PROMPT_SAMPLERS, PromptSampler, group_reward_spread
+from polo.rollout.prompt_samplers import PROMPT_SAMPLERS, PromptSampler, group_reward_spread, keep_groups
 
 
 def task_value(pass_rate: Tensor, difficulty_weight: float) -> Tensor:
@@ -98,28 +98,26 @@ class ValueResample(PromptSampler):
                                  f"prompts but the training pool has {len(pool)}")
             self._pass_rate = torch.full((len(pool),), torch.nan, dtype=torch.float64)
         used = torch.zeros(len(pool), dtype=torch.bool)
-        got = generate(*stream.next(n_prompts))
-        kept, have, generated, rounds, refill_values = [], 0, 0, 0, []
-        while True:
+        refill_values = []
+
+        def next_round(done: int, want: int) -> Rollouts | None:
+            if done == 0:
+                examples, pick = stream.next(n_prompts)
+            else:
+                pick = self.refill(used, want, generator) if done <= self.max_resample_rounds else []
+                if not pick:
+                    return None
+                refill_values.append(self.values()[pick])
+                examples = [pool[i] for i in pick]
+            got = generate(examples, pick)
             self.observe(got)
             used[got.batch.extras["prompt_index"]] = True
-            mask = self.keep(got)
-            generated += len(mask)
-            mask &= mask.cumsum(0) <= n_prompts - have
-            if mask.any():
-                kept.append(got.select_groups(mask))
-                have += int(mask.sum())
-            if have >= n_prompts or rounds == self.max_resample_rounds:
-                break
-            pick = self.refill(used, n_prompts - have, generator)
-            if not pick:
-                break
-            refill_values.append(self.values()[pick])
-            got = generate([pool[i] for i in pick], pick)
-            rounds += 1
+            return got
+
+        got, have, generated, rounds = keep_groups(n_prompts, next_round, self.keep)
         seen = ~self._pass_rate.isnan()
-        metrics = {"sampler/resample_rounds": rounds, "sampler/kept_frac": have / max(generated, 1),
+        metrics = {"sampler/resample_rounds": rounds - 1, "sampler/kept_frac": have / max(generated, 1),
                    "sampler/groups": have, "sampler/seen_frac": float(seen.double().mean()),
                    "sampler/pass_rate_mean": float(self._pass_rate[seen].mean()) if seen.any() else 0.0,
                    "sampler/refill_value": float(torch.cat(refill_values).mean()) if refill_values else 0.0}
-        return (Rollouts.concat(kept) if kept else got), metrics
+        return got, metrics

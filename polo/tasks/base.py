@@ -95,7 +95,7 @@ class Task(Component):
             if len(out) == n:
                 break
             example = self.sample(rng)
-            if split_of(example.prompt, self.test_fraction) == split:
+            if split_of(self.problem_key(example), self.test_fraction) == split:
                 out.append(example)
         if len(out) < n:
             raise ValueError(
@@ -103,6 +103,11 @@ class Task(Component):
                 f"small for test_fraction={self.test_fraction}"
             )
         return out
+
+    def problem_key(self, example: Example) -> str:
+        """The identity of a problem, hashed for the split: its prompt (a task whose prompts repeat over problems,
+        e.g. one question about many images, keys by what differs)."""
+        return example.prompt
 
     def demonstration(self, example: Example) -> str:
         """Target completion for the supervised warm start (no EOS)."""

@@ -11,7 +11,8 @@ from polo.tasks.paths import data_path_knobs
 TASKS: Registry = Registry("task", ("polo.tasks.preferences", "polo.tasks.code", "polo.tasks.addition_trace",
                                         "polo.tasks.multiplication_trace", "polo.tasks.word_problems",
                                         "polo.tasks.countdown_trace", "polo.tasks.sort_trace", "polo.tasks.instructed",
-                                        "polo.tasks.tool_calc", "polo.tasks.reflection"))
+                                        "polo.tasks.tool_calc", "polo.tasks.reflection",
+                                        "polo.tasks.shapes", "polo.tasks.slate_rank", "polo.tasks.fields"))
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:

@@ -27,6 +27,8 @@ Generic rewards registered here (``c`` = completion stripped, ``a`` = answer str
   Missing or extra characters count as mismatches, so the score is 1.0 iff ``c == a``.
   Example: answer ``"85"``: ``"85"`` → 1, ``"75"`` → 0.5, ``"185"`` → 2/3, ``"8"`` → 0.
 - ``char_match``: the same with positions aligned from the left (``"cba"`` vs ``"cbx"`` → 2/3).
+- ``shortness``: ``max(0, 1 − (len(c)/len(a))²)``: 1 for an empty completion, 0 from the answer's length on (a
+  conciseness objective that conflicts with any correctness reward; LambdaMix's second objective).
 - ``vul_format``: 1.0 if the completion is a ``<think>…</think>`` block followed by an answer naming exactly
   one verdict, ``HAS_VUL`` or ``NO_VUL``, once (VULPO's format check), else 0.0.
 
@@ -58,7 +60,7 @@ RewardFn = Callable[..., list[float | None]]
 """``fn(prompts=..., completions=..., completion_ids=..., **columns, trainer_state=..., log_metric=...)``
 (TRL's signature; see the module docstring)."""
 
-REWARDS: Registry = Registry("reward")
+REWARDS: Registry = Registry("reward", ("polo.tasks.think_answer",))
 
 
 class RewardError(ValueError):
@@ -349,6 +351,13 @@ def digit_match(prompts: list[str], completions: list[str], answer: list[str], *
 def char_match(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """Partial credit aligned from the first character (see the module docstring)."""
     return [position_match(c, a) for c, a in zip(completion_texts(completions), answer)]
+
+
+@register_reward("shortness", max_value=1.0)
+def shortness(prompts: list[str], completions: list[str], answer: list[str], **kwargs) -> list[float]:
+    """``max(0, 1 − (len(c)/len(a))²)``: shorter than the answer earns more, quadratically (see the module docstring)."""
+    return [max(0.0, 1.0 - (len(c.strip()) / max(len(a.strip()), 1)) ** 2)
+            for c, a in zip(completion_texts(completions), answer)]
 
 
 _THINK_THEN_ANSWER = re.compile(r"\s*<think>.*?</think>(.*)", re.DOTALL)

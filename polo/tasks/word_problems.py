@@ -35,6 +35,7 @@ from pydantic import Field
 from polo.tasks.base import Example
 from polo.tasks.registry import register_task
 from polo.tasks.traced import TracedTask
+from polo.tasks.word_problem_paraphrases import word_problem_paraphrases
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,10 @@ class WordProblems(TracedTask):
 
     def trace(self, example: Example) -> str:
         return example.columns["trace"]
+
+    def paraphrases(self, example: Example, k: int, rng: random.Random) -> list[Example]:
+        """``k`` rewordings of the story, same numbers, events and answer (``polo.tasks.word_problem_paraphrases``)."""
+        return word_problem_paraphrases(example, k, rng)
 
     def answer_correct(self, answer: str, example: Example) -> bool:
         """Digits without a leading zero (or ``0``) whose value is the answer."""

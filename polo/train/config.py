@@ -22,7 +22,9 @@ from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, O
 from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
 from polo.policy.roles import ROLES
+from polo.policy.kinds import KINDS
 from polo.policy.tiny import TinyModelConfig
+from polo.policy.vision_settings import VisionTowerConfig
 from polo.rollout.engine import ENGINES
 from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
 from polo.tasks.paths import absolute_path
@@ -38,9 +40,14 @@ RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 class Model(Settings):
+    kind: str = "causal"
+    """Policy kind (polo.policy.kinds): ``causal`` (an autoregressive LM), ``diffusion`` (a masked diffusion LM)
+    or ``vision`` (a vision-language model; prompts carry images)."""
     path: str | None = None
-    """Local Hugging Face checkpoint folder; None builds and warm-starts the built-in tiny model."""
+    """Local Hugging Face checkpoint folder (of the kind's family); None builds and warm-starts the built-in model."""
     tiny: TinyModelConfig = TinyModelConfig()
+    vision: VisionTowerConfig = VisionTowerConfig()
+    """Image tower of the built-in vision-language model (``kind: vision``)."""
     lora: LoraConfig = LoraConfig()
     chat_template: bool = False
     """Render prompts with the checkpoint tokenizer's chat template (when it has one)."""
@@ -50,6 +57,13 @@ class Model(Settings):
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute precision of the model calls: ``bfloat16`` runs them under torch.autocast (bfloat16 matmuls);
     parameters (the optimizer's master weights), checkpoints, log-probs, values and losses stay float32."""
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in KINDS:
+            raise ValueError(f"model.kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+        return kind
 
     @field_validator("device")
     @classmethod
@@ -287,6 +301,10 @@ class Recipe(Settings):
     @model_validator(mode="after")
     def _components_fit(self) -> "Recipe":
         components = build_components(self)
+        kinds = components["engine"].policy_kinds
+        if self.model.kind not in kinds:
+            raise ConfigError(f"engine {components['engine'].registry_name!r} rolls out {' or '.join(sorted(kinds))} "
+                              f"policies, but model.kind={self.model.kind!r}: choose an engine for that kind")
         plan_inputs(self, components)
         check_whole_groups(self, components)
         check_kl_target(self, components)

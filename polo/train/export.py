@@ -22,10 +22,10 @@ import torch
 from polo.core.registry import ConfigError
 from polo.policy.lora import apply_lora, is_lora
 from polo.policy.policy import Policy
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.kinds import policy_class
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
-from polo.train.config import Recipe, load_recipe
+from polo.train.config import Recipe, build_role, load_recipe
 from polo.train.files import check_replaceable_dir, install_dir, temporary_dir
 
 if TYPE_CHECKING:
@@ -71,13 +71,22 @@ def select_checkpoint(run_dir: Path, step: int | None, log: Callable[[str], Any]
 
 def build_run_policy(recipe: Recipe) -> Policy:
     """The run's policy with untrained weights (a checkpoint supplies them): ``model.path``, or the built-in
-    model of ``model.tiny`` with the char tokenizer (no warm start needed); LoRA-wrapped as in training."""
+    model of ``model.kind`` (no warm start needed); LoRA-wrapped, and wrapped by the roles that change the
+    policy (``Role.wraps_policy``: NLPO's action mask, LambdaMix's adapters), as in training."""
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
-    if recipe.model.path is not None:
-        return Policy.load(recipe.model.path, lora=lora, chat_template=recipe.model.chat_template)
+    kind = policy_class(recipe.model.kind)
     with torch.random.fork_rng(devices=[]):  # initial weights are overwritten: draw nothing from the caller's RNG
-        policy = build_tiny_policy(recipe.model.tiny)
-        return Policy(apply_lora(policy.model, lora), policy.tokenizer) if lora else policy
+        if recipe.model.path is not None:
+            policy = kind.load(recipe.model.path, lora=lora, chat_template=recipe.model.chat_template)
+        else:
+            policy = kind.build_tiny(recipe.model)
+            if lora:
+                policy.model = apply_lora(policy.model, lora)
+        for name in recipe.roles:
+            role = build_role(recipe, name)
+            if role.wraps_policy:
+                policy = role.wrap(policy, role.build(policy))
+    return policy
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, merge_lora: bool = False,

@@ -4,7 +4,7 @@ that is not there, and completions cut at ``rollout.max_new_tokens`` (once per r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from polo.policy.tokenizer import unknown_characters
 from polo.tasks.base import Example
@@ -19,9 +19,15 @@ def too_few_problems(prompts: Sequence[str]) -> bool:
     return len(set(prompts)) < DISTINCT_FLOOR * len(prompts)
 
 
-def data_warnings(pool: Sequence[Example], evaluation: Sequence[Example], builtin_tokenizer: bool) -> list[str]:
-    """Warnings about a run's training pool and, for the built-in tokenizer, its texts."""
-    prompts = [e.prompt for e in pool]
+def prompt_key(example: Example) -> str:
+    return example.prompt
+
+
+def data_warnings(pool: Sequence[Example], evaluation: Sequence[Example], builtin_tokenizer: bool,
+                  key: Callable[[Example], str] = prompt_key) -> list[str]:
+    """Warnings about a run's training pool and, for the built-in tokenizer, its texts; ``key`` is a problem's
+    identity (``Task.problem_key``: the prompt, or e.g. the picture of an image task)."""
+    prompts = [key(e) for e in pool]
     found = []
     if too_few_problems(prompts):
         found.append(f"warning: train.train_pool={len(prompts)} drew only {len(set(prompts))} distinct problems: the "
@@ -38,11 +44,13 @@ def data_warnings(pool: Sequence[Example], evaluation: Sequence[Example], builti
     return found
 
 
-def held_out_overlap_warning(examples: Sequence[Example], held_out: Sequence[Example]) -> str | None:
-    """The warm start's held-out checks that are also its demonstrations, when the task is that small."""
-    seen = {e.prompt for e in examples}
-    overlap = sum(e.prompt in seen for e in held_out)
-    if not overlap or not too_few_problems([e.prompt for e in [*examples, *held_out]]):
+def held_out_overlap_warning(examples: Sequence[Example], held_out: Sequence[Example],
+                             key: Callable[[Example], str] = prompt_key) -> str | None:
+    """The warm start's held-out checks that are also its demonstrations, when the task is that small (problems
+    compared by ``key``, as in ``data_warnings``)."""
+    seen = {key(e) for e in examples}
+    overlap = sum(key(e) in seen for e in held_out)
+    if not overlap or not too_few_problems([key(e) for e in [*examples, *held_out]]):
         return None
     return (f"warning: {overlap} of {len(held_out)} held-out warm-start checks are also training demonstrations (the "
             f"task has fewer distinct problems than warm_start.examples + warm_start.check_size = "

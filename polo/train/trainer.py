@@ -28,7 +28,7 @@ from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel, NoMetrics
 from polo.policy.policy import DTYPES, Policy, resolve_device
 from polo.policy.roles import RoleResources
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.kinds import policy_class
 from polo.rollout.engine import EngineSetup
 from polo.rollout.providers import ProviderContext
 from polo.tasks import Example, build_task
@@ -83,14 +83,15 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
     ``max_new_tokens``, checked, like the device, before the warm start trains anything."""
     device = resolve_device(recipe.model.device)
     max_new = max_new_tokens(recipe, task)
+    kind = policy_class(recipe.model.kind)
     if recipe.model.path is None:
         with torch.random.fork_rng(devices=[]):  # the untrained model only lends its shape: no RNG drawn
-            tiny = build_tiny_policy(recipe.model.tiny)
+            tiny = kind.build_tiny(recipe.model)
         check_context(tiny, prompts, max_new, "model.tiny.max_position_embeddings")
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
-    policy = Policy.load(path, lora=lora, chat_template=recipe.model.chat_template, device=device,
-                         compute_dtype=DTYPES[recipe.model.dtype])
+    policy = kind.load(path, lora=lora, chat_template=recipe.model.chat_template, device=device,
+                       compute_dtype=DTYPES[recipe.model.dtype])
     if recipe.train.gradient_checkpointing:
         policy.enable_gradient_checkpointing()
     if recipe.model.chat_template and not policy.chat_template:
@@ -137,7 +138,8 @@ class Trainer:
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         # every reward scores two demonstrations: an unknown or broken one fails before anything is trained
         probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
-        for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None):
+        for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None,
+                                     key=self.task.problem_key):
             log(message)
         policy = self.data_parallel.rank0_first(  # rank 0 builds the warm start, the others then load it
             partial(load_policy, recipe, self.task, pool + self.eval_examples, log))
@@ -390,8 +392,9 @@ class Trainer:
 
     @torch.no_grad()
     def policy_logp(self, batch) -> torch.Tensor:
-        return self.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids,
-                                        batch.response_mask, temperature=self.recipe.rollout.temperature)["logp"]
+        return self.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
+                                        temperature=self.recipe.rollout.temperature,
+                                        **self.policy.model_inputs(batch))["logp"]
 
     def before_training(self) -> dict[str, float]:
         """The components' ``before_training`` hooks, once, before the first step of a new run."""

@@ -218,7 +218,8 @@ class Updater:
         fw = self.policy.forward_logp(micro.prompt_ids, micro.prompt_mask, micro.response_ids, micro.response_mask,
                                       temperature=s.temperature, return_entropy=True if t.entropy_coef else "metric",
                                       return_full=any(reg.full_distribution for reg in t.regularizers),
-                                      hidden_layer=t.policy_loss.training_hidden_layer)
+                                      hidden_layer=t.policy_loss.training_hidden_layer,
+                                      **self.policy.model_inputs(micro))
         logp, entropy = fw["logp"], fw["entropy"]
         if t.policy_loss.training_hidden_layer is None:
             out = t.policy_loss(logp, micro)

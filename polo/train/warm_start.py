@@ -21,9 +21,8 @@ from pathlib import Path
 
 import torch
 
+from polo.policy.kinds import policy_class
 from polo.policy.policy import Policy
-from polo.policy.tiny import build_tiny_model
-from polo.policy.tokenizer import build_char_tokenizer
 from polo.tasks.base import Task
 from polo.train.config import Recipe
 from polo.train.lock import RunLock
@@ -75,6 +74,8 @@ def warm_start_key(recipe: Recipe, task: Task | None = None) -> str:
     task's data file therefore gives a new key, and a new warm start."""
     tree = {"task": task_knobs(recipe.task, task), "tiny": recipe.model.tiny.model_dump(),
             "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 3}
+    if recipe.model.kind != "causal":  # only then: causal runs keep their keys
+        tree.update(kind=recipe.model.kind, vision=recipe.model.vision.model_dump())
     files = task_files(recipe.task)
     if files:  # only then: tasks without files keep their keys (old entries are verified, then rebuilt)
         tree["files"] = files
@@ -89,14 +90,14 @@ def verify_entry(folder: Path) -> str | None:
 
 
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
-    """Cross-entropy on demonstrations, ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``, until the
-    greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
+    """Supervised training on demonstrations (the policy kind's ``demonstration_loss``: for a causal LM the
+    cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
     from polo.rollout.evaluate import accuracy
 
     warm = recipe.warm_start
     examples = task.warm_start_examples(warm.examples + warm.check_size, seed=recipe.seed)
     examples, held_out = examples[: warm.examples], examples[warm.examples :]
-    overlap = held_out_overlap_warning(examples, held_out)
+    overlap = held_out_overlap_warning(examples, held_out, task.problem_key)
     if overlap:
         log(overlap)
     completions = [task.demonstration(e) for e in examples]
@@ -108,10 +109,10 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
     for step in range(warm.steps):
         policy.train()
         idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
-        prompt_ids, prompt_mask = policy.encode_prompts([examples[i] for i in idx])
+        shown = [examples[i] for i in idx]
+        prompt_ids, prompt_mask = policy.encode_prompts(shown)
         ids, mask = policy.encode_completions([completions[i] for i in idx])
-        logp = policy.forward_logp(prompt_ids, prompt_mask, ids, mask)["logp"]
-        loss = -(logp * mask).sum() / mask.sum()
+        loss = policy.demonstration_loss(prompt_ids, prompt_mask, ids, mask, policy.prompt_inputs(shown))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step()
@@ -146,10 +147,8 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
         if problem != "missing":
             log(f"warm start: cache entry {target} is {problem}; rebuilding it")
         torch.manual_seed(recipe.seed)
-        tokenizer = build_char_tokenizer()
-        model = build_tiny_model(recipe.model.tiny, tokenizer)
-        policy = Policy(model, tokenizer)
-        log(f"warm start: training the built-in model ({sum(p.numel() for p in model.parameters()):,} parameters)")
+        policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
+        log(f"warm start: training the built-in model ({sum(p.numel() for p in policy.parameters()):,} parameters)")
         supervised_finetune(policy, task, recipe, log)
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)

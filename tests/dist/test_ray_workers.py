@@ -14,7 +14,8 @@ from polo.core.registry import ConfigError  # noqa: E402
 from polo.dist.ray_pool import shares  # noqa: E402
 from polo.dist.ray_workers import RolloutWorkers, WorkerSpec  # noqa: E402
 from polo.dist.reward_workers import RewardWorkerSpec  # noqa: E402
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy  # noqa: E402
+from polo.policy.policy import build_tiny_policy  # noqa: E402
+from polo.policy.tiny import TinyModelConfig  # noqa: E402
 from polo.rollout.engine import ENGINES, EngineSetup, Rollouts  # noqa: E402
 from polo.tasks import build_task  # noqa: E402
 from polo.tasks.rewards import RewardSpec  # noqa: E402

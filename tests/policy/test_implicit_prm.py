@@ -12,7 +12,8 @@ from polo.core.registry import ConfigError
 from polo.policy.implicit_prm import ImplicitPRM, ImplicitRewardModel
 from polo.policy.reference import frozen_copy
 from polo.policy.roles import ROLES, RoleResources
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.train.critics import Critics
 
 AGG = AGGREGATIONS.build("token_mean")

@@ -14,7 +14,8 @@ from polo.policy.http_judge import EndpointClient, parse_score
 from polo.policy.judges import Judge, JudgeRole, Scored, render
 from polo.policy.reward_model import RewardModel
 from polo.policy.roles import ROLES
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.policy.tokenizer import build_char_tokenizer
 from polo.tasks.base import Example
 

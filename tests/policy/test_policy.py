@@ -5,7 +5,7 @@ import torch
 from pydantic import ValidationError
 
 from polo.policy import LoraConfig, Policy, TinyModelConfig, ValueModel, apply_lora, frozen_copy
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 from polo.rollout import sample
 
 SMALL = TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)

@@ -7,7 +7,7 @@ from polo.policy.inputs import concat_inputs
 from polo.policy.policy import token_logp
 from polo.policy import prefix
 from polo.policy.prefix import distinct_prompts, read_after_prompt
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)
 

@@ -9,7 +9,7 @@ from polo.core.registry import ConfigError
 from polo.policy import Policy, TinyModelConfig
 from polo.policy.roles import ROLES, RoleResources
 from polo.policy.teacher import Teacher, TeacherModel, check_vocabulary
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 from polo.tasks.registry import build_task
 from polo.train.config import load_recipe
 from polo.train.warm_start import warm_start_with

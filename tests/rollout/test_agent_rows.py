@@ -7,7 +7,8 @@ import torch
 
 from polo.envs import TURN_SEP, make
 from polo.policy import Policy
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.agent_probes import answer_logp, counterfactual_context, gold_logp, info_gain, memory_utility
 from polo.rollout.engine import ENGINES, EngineSetup
 from polo.policy.prefix import distinct_prompts

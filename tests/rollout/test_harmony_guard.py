@@ -9,7 +9,8 @@ from pydantic import PrivateAttr
 from polo.core.registry import ConfigError
 from polo.envs import make
 from polo.policy.judges import Judge, Scored
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES, EngineSetup
 from polo.rollout.harmony_checker import JudgeChecker, RuleChecker, Step
 from polo.rollout.harmony_guard import HarmonyGuard, guard_metrics

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 from polo.rollout.engine import ENGINES, EngineSetup
 from polo.rollout.instruction_proposers import ModelProposer, blame, clean, failures_first, mutate
 from polo.tasks import build_task

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from polo.policy.roles import ROLES
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import Rollouts
 from polo.rollout.providers import PROVIDERS, ProviderContext
 from polo.tasks.base import Example

@@ -5,7 +5,8 @@ import torch
 from polo.cli import main
 from polo.core.registry import ConfigError
 from polo.envs import TURN_SEP
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES, EngineSetup
 from polo.tasks import RewardSpec, build_task
 from polo.train.agent_metrics import episode_metrics

@@ -8,7 +8,8 @@ import torch
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.policy.history import PolicyHistory
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES, EngineSetup, Rollouts
 from polo.rollout.pair_builder import build_pairs
 from polo.rollout.providers import PROVIDERS, ProviderContext

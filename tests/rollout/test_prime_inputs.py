@@ -5,7 +5,8 @@ import torch
 from polo.core.batch import RolloutBatch
 from polo.policy.reference import frozen_copy
 from polo.policy.roles import ROLES
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import Rollouts
 from polo.rollout.providers import PROVIDERS, ProviderContext
 

@@ -11,7 +11,8 @@ from polo.core.registry import ConfigError
 from polo.envs import make
 from polo.policy.reference import frozen_copy
 from polo.policy.roles import ROLES
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.rollout.engine import ENGINES, EngineSetup
 from polo.rollout.retroformer import Retroformer
 from polo.tasks import build_task

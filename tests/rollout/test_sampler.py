@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from polo.policy import TinyModelConfig
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 from polo.rollout import sample
 
 PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]

@@ -11,7 +11,7 @@ from polo.core.distill import with_tail
 from polo.core.registry import ConfigError
 from polo.policy import TinyModelConfig
 from polo.policy.teacher import Teacher
-from polo.policy.tiny import build_tiny_policy
+from polo.policy.policy import build_tiny_policy
 from polo.rollout.engine import Rollouts
 from polo.rollout.providers import PROVIDERS, ProviderContext
 from polo.rollout.teacher_inputs import pick_siblings

@@ -7,7 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from polo.cli import main
-from polo.policy.tiny import TinyModelConfig, build_tiny_policy
+from polo.policy.policy import build_tiny_policy
+from polo.policy.tiny import TinyModelConfig
 from polo.tasks import build_task
 from polo.train.checkpoint import load_weights
 from polo.train.config import load_recipe

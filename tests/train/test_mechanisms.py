@@ -93,6 +93,18 @@ MECHANISMS = {
     "vpo": (CLIP, (">", 0.005), CLIP_WHY + " (answer-set scores under Dirichlet scalarizations)"),  # 0.126
     "vulpo": (CLIP, (">", 0.005), CLIP_WHY + " (judged rewards scaled by label and prompt difficulty)"),  # 0.137
     "vspo_prs": (CLIP, (">", 0.005), CLIP_WHY + " (value-resampled groups, smoothed-std clipped advantages)"),
+    "lambdamix": (CLIP, (">", 0.005), CLIP_WHY + " (adapters mixed per prompt by lambda; advantage sum_m lambda_m Z_m)"),  # 0.032
+    "info_consistent_grpo": (CLIP, (">", 0.005), CLIP_WHY + " (paraphrase groups; verifier + entropy-consistency "
+                             "reward)"),  # 0.104
+    "fgrpo": (CLIP, (">", 0.005), CLIP_WHY + " (per-phase advantages on slate and rank tokens)"),  # 0.135
+    "p2tpo": (CLIP, (">", 0.005), CLIP_WHY + " (element-priced token advantages)"),  # 0.028
+    "rapo": (CLIP, (">", 0.005), "clip-higher 0.2/0.28: " + CLIP_WHY + " (RAPO's batch-rank and absolute score "
+             "rewards)"),  # 0.128
+    "mba": (CLIP, (">", 0.005), CLIP_WHY + " (a causal judge's two criteria, weighted: judge_multi)"),  # 0.198
+    "con_grpo": (CLIP, (">", 0.005), CLIP_WHY + " (accuracy + format + rule-judged consistency)"),
+    "grpo_vision": (CLIP, (">", 0.005), CLIP_WHY + " (a vision-language policy: prompts carry pictures)"),  # 0.101
+    "gdpo_diffusion": (CLIP, (">", 0.005), "sequence ratio exp(ELBO - ELBO_old) of the diffusion LM outside "
+                       "[0.8, 1.2]: fraction of responses clipped (0 when on-policy)"),  # 0.096
 }
 
 MULTI_TURN_ON_POLICY = ("a multi-turn credit-assignment recipe on gigpo's loop: one update per rollout batch of step "
@@ -167,6 +179,16 @@ EXTRA = {
     # tool_calc after 40 warm-start steps writes no well-formed call: every group is constant, the value sampler
     # drops them all and nothing is trained; 150 steps (as tests/train/test_vspo_prs.py) mix formats
     "vspo_prs": ["warm_start.steps=150", "warm_start.target_accuracy=null", "rollout.samples_per_prompt=4"],
+    # shape_count after 40 warm-start steps answers every picture wrong: all advantages are 0 and nothing trains;
+    # 150 steps (it stops at its 35 % target) give mixed groups
+    "grpo_vision": ["warm_start.steps=150"],
+    # slate_rank after 40 warm-start steps writes no well-formed S:...|R:... answer: every advantage is 0
+    "fgrpo": ["warm_start.steps=150"],
+    # rapo warm-starts at lr 1e-3 (its image tower then learns); 40 such steps write no parseable score, so every
+    # reward is 0: the fixture's 40 steps at 3e-3 write scores (the image ignored, which this test does not need)
+    "rapo": ["warm_start.lr=3e-3"],
+    # the vision model after 40 warm-start steps writes no <answer> block: every group is all-zero
+    "con_grpo": ["warm_start.steps=800", "warm_start.target_accuracy=null"],
     # the new multi-turn recipes: the tiny warm start solves few episodes and many advantages are 0; the update
     # then runs on every row anyway, which is what this test checks (one on-policy update per batch)
     **{name: ["train.skip_zero_advantage_rows=false"] for name in ("appo", "bipace", "cipo", "g2po", "himpo", "iapo", "igpo", "infopo", "mapo", "opo_observation", "planpo", "reflectpo", "rtpo", "sopo", "harmony_guard", "retroformer",

@@ -14,6 +14,8 @@ from polo.core.advantages import prime  # noqa: F401  (registers)
 from polo.core.advantages import srpo  # noqa: F401  (registers)
 from polo.core.advantages import didpo  # noqa: F401  (registers)
 from polo.core.advantages import vspo  # noqa: F401  (registers)
+from polo.core.advantages import lambdamix  # noqa: F401  (registers)
+from polo.core.advantages import fgrpo, p2tpo  # noqa: F401  (registers)
 
 __all__ = [
     "GAE", "GRPO", "RLOO", "AdvantageEstimator", "AdvantageResult", "DrGRPO", "ReinforcePP",

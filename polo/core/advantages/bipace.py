@@ -99,12 +99,10 @@ def bigpo_clusters(hidden_unit: Tensor, group: Tensor, traj: Tensor, step: Tenso
 def unit_hidden(batch: RolloutBatch, who: str) -> Tensor:
     """The rows' hidden vectors at their last context token (the ``context_hidden`` input ``[N, d]``),
     normalized, float64."""
-    hidden = batch.extras.get("context_hidden")
     N = batch.batch_size
     where = (f"{who} needs the input 'context_hidden': the policy's hidden state at each row's last context token, "
              f"[{N}, d]")
-    if hidden is None:
-        raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
+    hidden = batch.require("context_hidden", where)
     if not hidden.is_floating_point() or hidden.dim() != 2 or hidden.shape[0] != N:
         raise ValueError(f"{where}; got shape {tuple(hidden.shape)} and dtype {hidden.dtype}")
     h = hidden.double()

@@ -59,10 +59,8 @@ def diff_inputs(batch: RolloutBatch, who: str) -> tuple[Tensor, Tensor, Tensor]:
     N = batch.batch_size
     values = {}
     for name, meaning in DIFF_INPUTS.items():
-        value = batch.input(name)
         where = f"{who} needs the input {name!r} ({meaning}), written by the diff_anchor provider"
-        if value is None:
-            raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
+        value = batch.require(name, where)
         if value.dim() != (3 if name == "diff_span" else 2) or value.shape[0] != N:
             raise ValueError(f"{where}; got shape {tuple(value.shape)} for {N} rows")
         if name == "diff_lines":

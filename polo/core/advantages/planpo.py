@@ -90,12 +90,10 @@ class PlanPO(AdvantageEstimator):
 
     @staticmethod
     def _correct(batch: RolloutBatch, who: str) -> Tensor:
-        value = batch.input("correct")
         N = batch.batch_size
         where = (f"{who} needs the input 'correct' [{N}] (1.0 on every row of an episode that succeeded, else "
                  "0.0), written by the engine")
-        if value is None:
-            raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
+        value = batch.require("correct", where)
         if value.shape != (N,):
             raise ValueError(f"{where}; got shape {tuple(value.shape)}")
         if value.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):

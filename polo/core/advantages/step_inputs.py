@@ -54,11 +54,9 @@ INTEGER_INPUTS = frozenset({"traj", "step", "anchor", "next_anchor", "action_key
 def step_input(batch: RolloutBatch, name: str, who: str) -> Tensor:
     """``batch.extras[name]`` checked to be ``[N]``: an integer dtype for ids and bitmasks, finite floating
     point otherwise; ValueError naming ``who``, the input and what is expected."""
-    value = batch.input(name)
     N = batch.batch_size
     where = f"{who} needs the step-row input {name!r} [{N}] ({STEP_INPUTS[name]}), written by a multi-turn engine"
-    if value is None:
-        raise ValueError(f"{where}; the batch has none (extras: {sorted(batch.extras) or 'none'})")
+    value = batch.require(name, where)
     if value.shape != (N,):
         raise ValueError(f"{where}; got shape {tuple(value.shape)}")
     if name in INTEGER_INPUTS:
