@@ -22,19 +22,15 @@ from polo.rollout.evaluate import completions
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec, score
 from polo.train.checkpoint import latest_checkpoint, load_weights
-from polo.train.config import build_role, load_recipe
+from polo.train.config import load_recipe
 from polo.train.export import build_run_policy
 from polo.train.trainer import max_new_tokens
 
 
 def run_policy(run: Path):
-    """The run's recipe and its policy at the newest checkpoint (wrapped by its ``wraps_policy`` roles)."""
+    """The run's recipe and its policy at the newest checkpoint (``build_run_policy`` wraps it in the mixture)."""
     recipe = load_recipe(run / "config.yaml")
     policy = build_run_policy(recipe)
-    for name in recipe.roles:
-        role = build_role(recipe, name)
-        if role.wraps_policy:
-            policy = role.wrap(policy, role.build(policy))
     policy.load_state_dict(load_weights(latest_checkpoint(run))["policy"])
     return recipe, policy.eval()
 

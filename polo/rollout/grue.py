@@ -69,7 +69,9 @@ def generate(policy: Policy, examples: list[Example], max_new_tokens: int, **sam
 
 @torch.no_grad()
 def perplexity(reference: Policy, examples: list[Example], texts: list[str], chunk: int = 256) -> float:
-    """``exp(−mean log π_ref)`` over every token of ``texts`` (each followed by eos) given its example's prompt."""
+    """``exp(−mean log π_ref)`` over every token of ``texts`` (each followed by eos) given its example's prompt. A
+    diffusion-LM reference gives its per-position ELBO terms, so the figure is then ``exp(−ELBO / tokens)``, an
+    upper bound on its perplexity."""
     total, count = 0.0, 0
     for start in range(0, len(texts), chunk):
         part = examples[start : start + chunk]
