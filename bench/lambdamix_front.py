@@ -21,18 +21,15 @@ import torch
 from polo.rollout.evaluate import completions
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec, score
-from polo.train.checkpoint import latest_checkpoint, load_weights
 from polo.train.config import load_recipe
-from polo.train.export import build_run_policy
+from polo.train.export import checkpoint_policy
 from polo.train.trainer import max_new_tokens
 
 
 def run_policy(run: Path):
     """The run's recipe and its policy at the newest checkpoint (``build_run_policy`` wraps it in the mixture)."""
     recipe = load_recipe(run / "config.yaml")
-    policy = build_run_policy(recipe)
-    policy.load_state_dict(load_weights(latest_checkpoint(run))["policy"])
-    return recipe, policy.eval()
+    return recipe, checkpoint_policy(run, recipe)[0].eval()
 
 
 def objective_means(policy, task, examples, specs, max_new: int) -> list[float]:

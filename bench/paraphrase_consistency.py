@@ -26,21 +26,15 @@ from polo.rollout.evaluate import completions
 from polo.rollout.word_entropy import word_entropy
 from polo.tasks import build_task
 from polo.tasks.traced import final_answer
-from polo.train.checkpoint import latest_checkpoint, load_weights
 from polo.train.config import load_recipe
-from polo.train.export import build_run_policy
+from polo.train.export import checkpoint_policy
 from polo.train.trainer import load_policy, max_new_tokens
 
 
 def run_policy(run: Path, recipe, task, prompts, initial: bool):
     if initial:
         return load_policy(recipe, task, prompts, log=lambda *_: None)
-    ckpt = latest_checkpoint(run)
-    if ckpt is None:
-        raise SystemExit(f"{run} has no checkpoint that verifies")
-    policy = build_run_policy(recipe)
-    policy.load_state_dict(load_weights(ckpt)["policy"])
-    return policy
+    return checkpoint_policy(run, recipe)[0]
 
 
 def consistency(task, texts: list[str], asks: list, k: int) -> dict[str, float]:

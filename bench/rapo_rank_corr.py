@@ -23,10 +23,8 @@ from polo.policy.kinds import policy_class
 from polo.rollout.evaluate import completions
 from polo.tasks import build_task
 from polo.tasks.think_answer import answer_text, as_number
-from polo.train.checkpoint import load_weights
 from polo.train.config import load_recipe
-from polo.train.export import build_run_policy, select_checkpoint
-from polo.train.grue import starting_model
+from polo.train.grue import run_policy
 from polo.train.trainer import max_new_tokens
 
 
@@ -82,13 +80,10 @@ def main() -> None:
         task = build_task(recipe.task)
         examples = task.examples("test", args.size, seed=recipe.seed)
         max_new = max_new_tokens(recipe, task)
-        start = policy_class(recipe.model.kind).load(starting_model(recipe, task, print),
-                                                     chat_template=recipe.model.chat_template)
-        ckpt = select_checkpoint(args.path, args.step, print)
-        final = build_run_policy(recipe)
-        final.load_state_dict(load_weights(ckpt)["policy"])
+        start, _ = run_policy(args.path, recipe, task, 0)
+        final, source = run_policy(args.path, recipe, task, args.step)
         out = {"run": str(args.path), "start": measure(start, task, examples, max_new),
-               str(ckpt.name): measure(final, task, examples, max_new)}
+               Path(source).name: measure(final, task, examples, max_new)}
     else:
         if not args.task:
             parser.error("a model folder needs --task")

@@ -207,10 +207,9 @@ def _plugin_hint(run: Path, err: Exception, plugins: list[str]) -> str:
 def cmd_eval(args) -> int:
     from polo.core.registry import ConfigError
     from polo.tasks import build_task
-    from polo.train.checkpoint import latest_checkpoint, load_weights
     from polo.train.config import load_recipe
     from polo.rollout.evaluate import accuracy
-    from polo.train.export import build_run_policy
+    from polo.train.export import checkpoint_policy
     from polo.train.trainer import max_new_tokens, set_threads
 
     run = Path(args.run)
@@ -224,8 +223,8 @@ def cmd_eval(args) -> int:
         raise ConfigError(f"--size must be at least 1, got {args.size}")
     if args.show < 0:
         raise ConfigError(f"--show must be 0 or more, got {args.show}")
-    if not args.grue and any(v is not None for v in (args.samples, args.seed, args.reference, args.step)):
-        raise ConfigError("--samples, --seed, --reference and --step belong to polo eval --grue")
+    if not args.grue and any(v is not None for v in (args.samples, args.seed, args.reference, args.step, args.unit)):
+        raise ConfigError("--samples, --seed, --reference, --step and --unit belong to polo eval --grue")
     try:
         recipe = load_recipe(run / "config.yaml")
         task = build_task(recipe.task)
@@ -236,16 +235,13 @@ def cmd_eval(args) -> int:
         from polo.train.grue import grue_evaluate, grue_table
 
         result = grue_evaluate(run, recipe, task, step=args.step, size=args.size, seed=args.seed,
-                               samples=4 if args.samples is None else args.samples, reference_path=args.reference, log=_log)
+                               samples=4 if args.samples is None else args.samples, reference_path=args.reference,
+                               unit=args.unit or "words", log=_log)
         print(grue_table(result))
         _log(f"GRUE result: {result['file']}")
         return 0
-    ckpt = latest_checkpoint(run)
-    if ckpt is None:
-        raise ConfigError(f"{run} has no checkpoint that verifies")
+    policy, ckpt = checkpoint_policy(run, recipe, log=_log)  # the checkpoint holds every weight: no warm start
     test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
-    policy = build_run_policy(recipe)  # the checkpoint holds every weight: no warm start needed
-    policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
     n_new = max_new_tokens(recipe, task)
     result = {
         "checkpoint": str(ckpt),
@@ -422,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: the run's starting model)")
     p.add_argument("--step", type=int, help="--grue: checkpoint step to evaluate, 0 = the starting model "
                    "(default: the newest checkpoint)")
+    p.add_argument("--unit", choices=("words", "chars"), help="--grue: diversity n-grams over whitespace words "
+                   "(default, as GEM) or characters (answers written without spaces)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("rm", help="train a Bradley-Terry reward model on preference pairs (a Hugging Face "

@@ -65,6 +65,18 @@ def test_mid_run_checkpoint_and_starting_model(run, capsys):
     assert start["policy"].startswith("starting model") and start["reference_lm"] in start["policy"]
 
 
+def test_character_unit(run, capsys):
+    """Addition answers are one word each; counted in characters the same samples give longer, finer n-grams."""
+    grue(run, capsys, "--seed", "3")
+    words = json.loads((run / "grue.json").read_text())
+    out = grue(run, capsys, "--seed", "3", "--unit", "chars")
+    chars = json.loads((run / "grue.json").read_text())
+    assert "diversity in chars" in out and words["diversity_unit"] == "words" and chars["diversity_unit"] == "chars"
+    assert chars["task"] == words["task"] and chars["naturalness"] == words["naturalness"]  # the same samples
+    assert chars["diversity"]["mean_length"] > words["diversity"]["mean_length"]
+    assert chars["diversity"]["vocab_size-2"] > words["diversity"]["vocab_size-2"]
+
+
 def test_reference_override(run, capsys, chat_checkpoint):
     """Any local causal LM scores naturalness, with its own tokenizer (here a BPE Qwen2, untrained)."""
     grue(run, capsys)
@@ -82,6 +94,8 @@ def test_reference_override(run, capsys, chat_checkpoint):
 def test_refusals(run, tmp_path, capsys):
     assert main(["eval", str(run), "--samples", "2"]) != 0
     assert "belong to polo eval --grue" in capsys.readouterr().err
+    assert main(["eval", str(run), "--unit", "chars"]) != 0
+    assert "--unit belong to polo eval --grue" in capsys.readouterr().err
     assert main(["eval", str(run), "--grue", "--samples", "0"]) != 0
     assert "samples must be at least 1" in capsys.readouterr().err
     assert main(["eval", str(run), "--grue", "--step", "7"]) != 0

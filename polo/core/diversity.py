@@ -23,11 +23,16 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
+
+Unit = Literal["words", "chars"]
+UNITS: tuple[Unit, ...] = ("words", "chars")
 
 
-def tokens(text: str) -> list[str]:
-    """The lower-cased whitespace tokens of ``text``."""
-    return text.lower().split()
+def tokens(text: str, unit: Unit = "words") -> list[str]:
+    """The lower-cased whitespace tokens of ``text`` (``words``), or its non-whitespace characters (``chars``)."""
+    words = text.lower().split()
+    return words if unit == "words" else [char for word in words for char in word]
 
 
 def ngram_counts(tokenized: Sequence[Sequence[str]], n: int) -> Counter:
@@ -49,9 +54,10 @@ def metric_names(orders: Sequence[int] = (1, 2), window: int = 100) -> list[str]
     return [*per_order, "mean_length", f"msttr-{window}"]
 
 
-def diversity(generations: Sequence[str], orders: Sequence[int] = (1, 2), window: int = 100) -> dict[str, float]:
+def diversity(generations: Sequence[str], orders: Sequence[int] = (1, 2), window: int = 100,
+              unit: Unit = "words") -> dict[str, float]:
     """``distinct-n``, ``vocab_size-n``, ``unique-n`` for each n of ``orders``, ``mean_length`` and
-    ``msttr-<window>`` of ``generations`` (see the module docstring)."""
+    ``msttr-<window>`` of ``generations``, counted in ``unit`` tokens (see the module docstring)."""
     if isinstance(generations, str):
         raise TypeError("diversity: expected a list of generations, got one string")
     if not generations:
@@ -60,7 +66,9 @@ def diversity(generations: Sequence[str], orders: Sequence[int] = (1, 2), window
     if bad or window < 1:
         raise ValueError(f"diversity: n-gram orders must be integers >= 1 and the window >= 1, got orders "
                          f"{list(orders)} and window {window}")
-    tokenized = [tokens(text) for text in generations]
+    if unit not in UNITS:
+        raise ValueError(f"diversity: unit must be one of {list(UNITS)}, got {unit!r}")
+    tokenized = [tokens(text, unit) for text in generations]
     stats: dict[str, float] = {}
     for n in orders:
         counts = ngram_counts(tokenized, n)

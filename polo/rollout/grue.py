@@ -10,7 +10,7 @@ by drifting into unnatural or repetitive text shows:
 - naturalness: the perplexity of the completions under a reference LM, per token over all of them,
   ``ppl = exp(−Σ_i Σ_t log π_ref(y_it | x_i, y_i<t) / Σ_i |y_i|)``, each completion followed by eos as the
   reference's tokenizer encodes it (so a reference with another tokenizer scores the same texts);
-- diversity: ``polo.core.diversity`` over the sampled completions.
+- diversity: ``polo.core.diversity`` over the sampled completions, in words or characters (``unit``).
 
 An ``EvalSuite`` lists its metrics as ``EvalMetric(name, higher_is_better, kind)``; ``higher_is_better`` is
 None for a metric without a preferred direction (the mean length).
@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from polo.core.diversity import diversity, metric_names
+from polo.core.diversity import UNITS, Unit, diversity, metric_names
 from polo.core.registry import ConfigError
 from polo.policy.policy import Policy
 from polo.rollout.evaluate import completions
@@ -94,19 +94,23 @@ class EvalSuite:
     """Task, naturalness and diversity metrics of a policy on held-out ``examples`` (see the module docstring).
 
     ``rewards``: the reward components (at least one); ``reference``: the LM that scores naturalness;
-    ``samples``: sampled completions per prompt; ``temperature`` and ``seed``: their sampling."""
+    ``samples``: sampled completions per prompt; ``temperature`` and ``seed``: their sampling; ``unit`` and
+    ``window``: the diversity tokens (words or characters) and the MSTTR window."""
 
     def __init__(self, task: Task, rewards: list[RewardSpec], reference: Policy, max_new_tokens: int, *,
-                 samples: int = 4, temperature: float = 1.0, seed: int = 0, window: int = 100):
+                 samples: int = 4, temperature: float = 1.0, seed: int = 0, window: int = 100,
+                 unit: Unit = "words"):
         if not rewards:
             raise ConfigError("EvalSuite: no reward components to score completions with (expected at least one)")
         if samples < 1:
             raise ConfigError(f"EvalSuite: samples must be at least 1 per prompt, got {samples}")
         if not temperature > 0:
             raise ConfigError(f"EvalSuite: the sampling temperature must be > 0, got {temperature}")
+        if unit not in UNITS:
+            raise ConfigError(f"EvalSuite: the diversity unit must be one of {list(UNITS)}, got {unit!r}")
         self.task, self.rewards, self.reference = task, [RewardSpec.of(r) for r in rewards], reference
         self.max_new_tokens, self.samples, self.temperature, self.seed = max_new_tokens, samples, temperature, seed
-        self.window = window
+        self.window, self.unit = window, unit
 
     def metrics(self) -> list[EvalMetric]:
         """Every metric ``evaluate`` returns, in table order."""
@@ -136,6 +140,6 @@ class EvalSuite:
                 values[f"{mode}/{name}"] = mean if n else None
         for mode, gen in runs.items():
             values[f"{mode}/perplexity"] = perplexity(self.reference, gen.examples, gen.texts)
-        for name, value in diversity(runs["sampled"].texts, DIVERSITY_ORDERS, self.window).items():
+        for name, value in diversity(runs["sampled"].texts, DIVERSITY_ORDERS, self.window, self.unit).items():
             values[name] = None if math.isnan(value) else value
         return values

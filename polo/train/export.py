@@ -65,7 +65,7 @@ def select_checkpoint(run_dir: Path, step: int | None, log: Callable[[str], Any]
         raise ConfigError(f"{run_dir} has no checkpoint of step {step}; {available}")
     reason = verify_checkpoint(steps[step])
     if reason is not None:
-        raise CheckpointError(f"cannot export {steps[step]}: {reason}")
+        raise CheckpointError(f"{steps[step]} does not verify: {reason}")
     return steps[step]
 
 
@@ -89,6 +89,20 @@ def build_run_policy(recipe: Recipe) -> Policy:
     return policy
 
 
+def checkpoint_policy(run_dir: Path, recipe: Recipe, step: int | None = None,
+                      log: Callable[[str], Any] = print) -> tuple[Policy, Path]:
+    """The run's policy (``build_run_policy``) with the weights of checkpoint ``step`` (default: the newest that
+    verifies), and that checkpoint's folder. Weights only: nothing is unpickled."""
+    ckpt = select_checkpoint(run_dir, step, log)
+    policy = build_run_policy(recipe)
+    try:
+        policy.load_state_dict(load_weights(ckpt)["policy"])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"{ckpt} does not hold weights of the model {run_dir / 'config.yaml'} describes: "
+                              f"{str(err).splitlines()[0]}") from None
+    return policy, ckpt
+
+
 def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None, merge_lora: bool = False,
                log: Callable[[str], Any] = print) -> Path:
     """Write the policy of ``run_dir``'s checkpoint (``step``, default the newest that verifies) to ``out_dir`` as
@@ -96,13 +110,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, step: int | None = None
     run = Path(run_dir)
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} is not a run folder (no config.yaml)")
-    ckpt = select_checkpoint(run, step, log)
-    policy = build_run_policy(load_recipe(run / "config.yaml"))
-    try:
-        policy.load_state_dict(load_weights(ckpt)["policy"])
-    except (KeyError, RuntimeError) as err:
-        raise CheckpointError(f"{ckpt} does not hold weights of the model {run / 'config.yaml'} describes: "
-                              f"{str(err).splitlines()[0]}") from None
+    policy, ckpt = checkpoint_policy(run, load_recipe(run / "config.yaml"), step, log)
     out = save_export(policy, out_dir, {"run": str(run.resolve()), "checkpoint": ckpt.name,
                                         "step": int(ckpt.name.removeprefix("step_"))}, merge_lora=merge_lora)
     log(f"exported {ckpt} to {out}")

@@ -5,7 +5,8 @@ the run's starting model (its ``model.path`` or its warm start), the "before" of
 Naturalness is measured under the run's starting model unless ``reference_path`` names another local checkpoint
 (a causal LM; it may use another tokenizer). The result is written atomically to ``RUN/grue.json``
 (``RUN/grue_step_N.json`` for an explicit step): the three groups ``task``, ``naturalness`` and
-``diversity`` as ``{metric: value}``, each metric's ``higher_is_better``, and what was evaluated.
+``diversity`` as ``{metric: value}``, each metric's ``higher_is_better``, and what was evaluated (the diversity
+``unit`` among it: words, or characters for answers written without spaces).
 
 Runs whose task has no reward functions (the episodes of a multi-turn environment, scored by the engine) are
 refused with a message: GRUE scores single completions with reward functions.
@@ -22,9 +23,8 @@ from polo.policy.policy import Policy
 from polo.rollout.grue import KINDS, EvalSuite
 from polo.tasks.base import Task
 from polo.tasks.rewards import RewardSpec
-from polo.train.checkpoint import load_weights
 from polo.train.config import Recipe
-from polo.train.export import build_run_policy, select_checkpoint
+from polo.train.export import checkpoint_policy
 from polo.train.files import write_text_atomic
 from polo.train.samples import render_table
 from polo.train.trainer import max_new_tokens
@@ -36,9 +36,21 @@ def starting_model(recipe: Recipe, task: Task, log: Callable[[str], Any]) -> Pat
     return Path(recipe.model.path) if recipe.model.path is not None else ensure_warm_start(recipe, task, log)
 
 
+def run_policy(run: Path, recipe: Recipe, task: Task, step: int | None = None,
+               log: Callable[[str], Any] = print) -> tuple[Policy, str]:
+    """The run's policy at checkpoint ``step`` (default: the newest that verifies; 0: its starting model) and
+    where it came from."""
+    if step == 0:
+        start = starting_model(recipe, task, log)
+        return policy_class(recipe.model.kind).load(start, chat_template=recipe.model.chat_template), \
+            f"starting model {start}"
+    policy, ckpt = checkpoint_policy(run, recipe, step, log)
+    return policy, str(ckpt)
+
+
 def grue_evaluate(run: Path, recipe: Recipe, task: Task, *, step: int | None = None, size: int | None = None,
                   samples: int = 4, seed: int | None = None, reference_path: str | None = None,
-                  log: Callable[[str], Any] = print) -> dict[str, Any]:
+                  unit: str = "words", log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Evaluate the run's checkpoint (see the module docstring), write the result file and return the result."""
     specs = [RewardSpec.of(s) for s in recipe.rewards or task.default_rewards]
     if not specs:
@@ -49,25 +61,19 @@ def grue_evaluate(run: Path, recipe: Recipe, task: Task, *, step: int | None = N
         raise ConfigError(f"--size must be at least 1, got {size}")
     if step is not None and step < 0:
         raise ConfigError(f"--step must be 0 (the starting model) or a checkpoint's step, got {step}")
+    policy, source = run_policy(run, recipe, task, step, log)
     start = starting_model(recipe, task, log)
-    kind = policy_class(recipe.model.kind)
-    if step == 0:
-        policy, source = kind.load(start, chat_template=recipe.model.chat_template), f"starting model {start}"
-    else:
-        ckpt = select_checkpoint(run, step, log)
-        policy, source = build_run_policy(recipe), str(ckpt)
-        policy.load_state_dict(load_weights(ckpt)["policy"])  # weights only: evaluation never unpickles state
     ref_path = Path(reference_path) if reference_path else start
-    ref_class = Policy if reference_path else kind  # --reference: any local causal LM
+    ref_class = Policy if reference_path else policy_class(recipe.model.kind)  # --reference: any local causal LM
     ref = ref_class.load(ref_path, chat_template=recipe.model.chat_template).eval().requires_grad_(False)
     seed = recipe.seed if seed is None else seed
     suite = EvalSuite(task, specs, ref, max_new_tokens(recipe, task), samples=samples,
-                      temperature=recipe.rollout.temperature, seed=seed)
+                      temperature=recipe.rollout.temperature, seed=seed, unit=unit)
     examples = task.examples("test", size or recipe.train.eval_size, seed=recipe.seed)
     measured = suite.evaluate(policy, examples)
     metrics = suite.metrics()
     result: dict[str, Any] = {"run": str(run), "policy": source, "reference_lm": str(ref_path), "examples": len(examples),
-                              "samples_per_prompt": samples, "seed": seed}
+                              "samples_per_prompt": samples, "seed": seed, "diversity_unit": unit}
     result.update({kind: {m.name: measured[m.name] for m in metrics if m.kind == kind} for kind in KINDS})
     result["higher_is_better"] = {m.name: m.higher_is_better for m in metrics}
     name = "grue.json" if step is None else f"grue_step_{step}.json"
@@ -83,5 +89,6 @@ def grue_table(result: dict[str, Any]) -> str:
              "better": arrows[result["higher_is_better"][name]]}
             for kind in KINDS for name, value in result[kind].items()]
     header = (f"GRUE: {result['policy']}\n  {result['examples']} held-out prompts x {result['samples_per_prompt']} "
-              f"samples (seed {result['seed']}); perplexity under {result['reference_lm']}")
+              f"samples (seed {result['seed']}); perplexity under {result['reference_lm']}; diversity in "
+              f"{result['diversity_unit']}")
     return f"{header}\n{render_table(rows, '')}"

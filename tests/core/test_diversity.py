@@ -32,6 +32,18 @@ def test_empty_generations_count_as_length_zero():
     assert nothing["distinct-1"] == 0.0 and nothing["vocab_size-1"] == 0 and nothing["mean_length"] == 0
 
 
+def test_character_unit():
+    """Answers without spaces: one word each, but characters see their content ("bdca" vs "bdac")."""
+    words = diversity(["bdca", "bdac"])
+    chars = diversity(["bdca", "bd ac"], unit="chars")
+    assert words["vocab_size-1"] == 2 and words["vocab_size-2"] == 0 and words["mean_length"] == 1
+    assert chars["vocab_size-1"] == 4 and chars["mean_length"] == 4  # the space is left out
+    # bigrams bd dc ca | bd da ac: none crosses the generations, (b d) twice
+    assert chars["vocab_size-2"] == 5 and chars["unique-2"] == 4 and chars["distinct-2"] == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="unit must be one of \\['words', 'chars'\\], got 'bytes'"):
+        diversity(["a"], unit="bytes")
+
+
 def test_single_token():
     stats = diversity(["yes"])
     assert stats["distinct-1"] == 1.0 and stats["unique-1"] == 1 and stats["mean_length"] == 1
