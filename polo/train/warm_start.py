@@ -146,10 +146,12 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
             return target
         if problem != "missing":
             log(f"warm start: cache entry {target} is {problem}; rebuilding it")
-        torch.manual_seed(recipe.seed)
-        policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
-        log(f"warm start: training the built-in model ({sum(p.numel() for p in policy.parameters()):,} parameters)")
-        supervised_finetune(policy, task, recipe, log)
+        with torch.random.fork_rng(devices=[]):  # a run draws the same numbers whether its warm start was cached
+            torch.manual_seed(recipe.seed)
+            policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
+            log(f"warm start: training the built-in model ({sum(p.numel() for p in policy.parameters()):,} "
+                f"parameters)")
+            supervised_finetune(policy, task, recipe, log)
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         policy.save(tmp)

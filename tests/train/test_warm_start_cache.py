@@ -3,6 +3,7 @@ bad, built once by concurrent processes."""
 import json
 
 import pytest
+import torch
 
 from polo.policy.policy import Policy
 from polo.tasks import build_task
@@ -51,6 +52,21 @@ def test_editing_the_jsonl_file_gives_a_new_warm_start(tmp_path, tiny, cache):
     assert warm_start_key(recipe) != first.name
     second, lines = _ensure(recipe)
     assert second != first and _trained(lines) and verify_entry(second) is None
+
+
+def test_building_a_warm_start_leaves_the_callers_random_state_alone(tmp_path, tiny, cache):
+    """The trainer seeds torch, loads its policy (building the warm start if it is not cached), then draws role
+    weights (LambdaMix's adapters) from the same generator: a run must not depend on the cache's state."""
+    data = tmp_path / "data.jsonl"
+    _write_rows(data)
+    recipe = _recipe(tiny, data)
+    for expect_training in (True, False):
+        torch.manual_seed(7)
+        path, lines = _ensure(recipe)
+        assert _trained(lines) is expect_training
+        drawn = torch.rand(4)
+        torch.manual_seed(7)
+        assert torch.equal(drawn, torch.rand(4))
 
 
 def test_tasks_without_files_hash_their_knobs_with_defaults_filled_in(tiny):
