@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from polo.core.diversity import Unit
 from polo.core.registry import ConfigError
 from polo.policy.kinds import policy_class
 from polo.policy.policy import Policy
@@ -50,7 +51,7 @@ def run_policy(run: Path, recipe: Recipe, task: Task, step: int | None = None,
 
 def grue_evaluate(run: Path, recipe: Recipe, task: Task, *, step: int | None = None, size: int | None = None,
                   samples: int = 4, seed: int | None = None, reference_path: str | None = None,
-                  unit: str = "words", log: Callable[[str], Any] = print) -> dict[str, Any]:
+                  unit: Unit = "words", log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Evaluate the run's checkpoint (see the module docstring), write the result file and return the result."""
     specs = [RewardSpec.of(s) for s in recipe.rewards or task.default_rewards]
     if not specs:
@@ -62,8 +63,7 @@ def grue_evaluate(run: Path, recipe: Recipe, task: Task, *, step: int | None = N
     if step is not None and step < 0:
         raise ConfigError(f"--step must be 0 (the starting model) or a checkpoint's step, got {step}")
     policy, source = run_policy(run, recipe, task, step, log)
-    start = starting_model(recipe, task, log)
-    ref_path = Path(reference_path) if reference_path else start
+    ref_path = Path(reference_path) if reference_path else starting_model(recipe, task, log)
     ref_class = Policy if reference_path else policy_class(recipe.model.kind)  # --reference: any local causal LM
     ref = ref_class.load(ref_path, chat_template=recipe.model.chat_template).eval().requires_grad_(False)
     seed = recipe.seed if seed is None else seed
