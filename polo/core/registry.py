@@ -7,6 +7,7 @@ needs from the trainer). A registry maps names to component classes and builds t
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -90,27 +91,42 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key and what is expected."""
 
 
+def import_package(package: str) -> None:
+    """Import the package ``package`` and every module below it (sub-packages included), in name order; a plain
+    module is just imported."""
+    root = importlib.import_module(package)
+    found = pkgutil.walk_packages(getattr(root, "__path__", []), f"{package}.")
+    for info in sorted(found, key=lambda info: info.name):
+        importlib.import_module(info.name)
+
+
+METHODS = "polo.methods"
+"""The package of method folders (``polo/methods/NAME/``): each holds everything particular to one method, for
+any stage, so every language-model registry discovers it beside its own stage folder."""
+
+
 class Registry(Generic[C]):
     """Name → component class, for one pipeline stage (``advantage``, ``policy_loss``, ...).
 
-    ``builtins`` names the modules that register the built-in entries; they are imported on the first
-    lookup, so a caller never imports a particular entry's module (plugins register more at any time).
-    ``default`` is the entry a recipe gets when it names none.
+    ``packages`` are the folders whose every module is imported on the first lookup (``import_package``): a
+    module placed there registers its entries with the decorator, and no list names them. A caller never imports
+    a particular entry's module, and plugins register more at any time. ``default`` is the entry a recipe gets
+    when it names none.
     """
 
-    def __init__(self, kind: str, builtins: tuple[str, ...] = (), default: str | None = None):
+    def __init__(self, kind: str, packages: tuple[str, ...] = (), default: str | None = None):
         self.kind = kind
-        self.builtins = builtins
+        self.packages = packages
         self.default = default
         self._registered: dict[str, type] = {}
-        self._loaded = not builtins
+        self._loaded = not packages
 
     @property
     def _entries(self) -> dict[str, type]:
         if not self._loaded:
             self._loaded = True
-            for module in self.builtins:
-                importlib.import_module(module)
+            for package in self.packages:
+                import_package(package)
         return self._registered
 
     def register(self, name: str, replace: bool = False):
@@ -161,15 +177,11 @@ class Registry(Generic[C]):
             raise ConfigError(problems) from None
 
 
-ADVANTAGES: Registry = Registry("advantage", ("polo.core.advantages",), default="grpo")
-POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses", "polo.core.losses.preference",
-                                                   "polo.core.losses.oppo"),
-                                   default="ppo_clip")
+ADVANTAGES: Registry = Registry("advantage", ("polo.core.advantages", METHODS), default="grpo")
+POLICY_LOSSES: Registry = Registry("policy_loss", ("polo.core.losses", METHODS), default="ppo_clip")
 DIVERGENCES: Registry = Registry("divergence", ("polo.core.divergences",), default="k3")
 AGGREGATIONS: Registry = Registry("aggregation", ("polo.core.aggregation",), default="token_mean")
-SHAPING: Registry = Registry("shaping", ("polo.core.shaping", "polo.core.shaping.judge", "polo.core.shaping.prs",
-                                         "polo.core.shaping.rapo", "polo.core.shaping.consistency",
-                                         "polo.core.shaping.judge_multi"))
-CREDIT: Registry = Registry("credit", ("polo.core.credit",))
+SHAPING: Registry = Registry("shaping", ("polo.core.shaping", METHODS))
+CREDIT: Registry = Registry("credit", ("polo.core.credit", METHODS))
 OPTIMIZER_HOOKS: Registry = Registry("optimizer_hook", ("polo.core.optim_hooks",))
-REGULARIZERS: Registry = Registry("regularizer", ("polo.core.regularizers",))
+REGULARIZERS: Registry = Registry("regularizer", ("polo.core.regularizers", METHODS))

@@ -4,11 +4,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from polo.core.registry import ConfigError, Registry
+from polo.core.registry import METHODS, ConfigError, Registry
 from polo.envs.base import Environment
 
-ENVIRONMENTS: Registry = Registry("environment", ("polo.envs.textgrid", "polo.envs.kblookup", "polo.envs.guessnum",
-                                                  "polo.envs.codefix", "polo.envs.guarded_kb"))
+ENVIRONMENTS: Registry = Registry("environment", ("polo.envs", METHODS))
 
 
 def register_environment(name: str) -> Callable[[type[Environment]], type[Environment]]:

@@ -41,7 +41,6 @@ and reference them from a recipe::
 ``score(task, rewards, examples, completions)`` turns completions into the ``[B, K]`` reward tensor.
 See docs/tasks.md for the reward definitions.
 """
-from polo.tasks import addition, countdown, environment, hf_dataset, jsonl, strings  # noqa: F401  (registers the built-ins)
 from polo.tasks.base import Example, Task, split_of
 from polo.tasks.plugins import load_plugin
 from polo.tasks.registry import TASKS, build_task, register_task, task_names

@@ -4,15 +4,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from polo.core.registry import Registry
+from polo.core.registry import METHODS, Registry
 from polo.tasks.base import Task
 from polo.tasks.paths import data_path_knobs
 
-TASKS: Registry = Registry("task", ("polo.tasks.preferences", "polo.tasks.code", "polo.tasks.addition_trace",
-                                        "polo.tasks.multiplication_trace", "polo.tasks.word_problems",
-                                        "polo.tasks.countdown_trace", "polo.tasks.sort_trace", "polo.tasks.instructed",
-                                        "polo.tasks.tool_calc", "polo.tasks.reflection",
-                                        "polo.tasks.shapes", "polo.tasks.slate_rank", "polo.tasks.fields"))
+TASKS: Registry = Registry("task", ("polo.tasks", METHODS))
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:

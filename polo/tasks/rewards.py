@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from polo.core.registry import ConfigError, Registry
+from polo.core.registry import METHODS, ConfigError, Registry
 from polo.tasks.reward_calls import RewardContext, run_concurrently
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ RewardFn = Callable[..., list[float | None]]
 """``fn(prompts=..., completions=..., completion_ids=..., **columns, trainer_state=..., log_metric=...)``
 (TRL's signature; see the module docstring)."""
 
-REWARDS: Registry = Registry("reward", ("polo.tasks.think_answer",))
+REWARDS: Registry = Registry("reward", ("polo.tasks", METHODS))
 
 
 class RewardError(ValueError):

@@ -6,10 +6,6 @@ from polo.core.losses.gspo import GSPO
 from polo.core.losses.ppo_clip import PPOClip
 from polo.core.losses.reinforce import Reinforce
 from polo.core.losses.value import clipped_value_loss
-from polo.core.losses import (  # noqa: F401  (registers)
-    cov, ctpo, dro, drpo, ess_adaptive, gdpo_elbo, gmpo, gpg, info_adaptive_clip, r2vpo, sapo,
-)
-from polo.core.losses import none  # noqa: F401  (registers)
 
 __all__ = [
     "CISPO", "GSPO", "LossOutput", "PPOClip", "PolicyLoss", "Reinforce", "clipped_surrogate",
