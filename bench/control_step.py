@@ -24,7 +24,7 @@ import torch
 from cleanrl_ppo_continuous import Agent, Args, Rollout, update
 from common import interleaved, median, paired_ratio, parse_args, print_table
 from polo.envs.control.vector import EnvSettings, make_vector_env
-from polo.rollout.engine import ENGINES
+from polo.engines.base import ENGINES
 from polo.train.control.recipe import load_control_recipe
 
 GAMMA = 0.9

@@ -34,8 +34,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from polo.policy.policy import Policy
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.sampler import sample
-from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings
+from polo.engines.sampler import sample
+from polo.engines.vllm_generator import VLLMGenerator, VLLMSettings
 from polo.tasks import build_task
 
 SHAPES = {

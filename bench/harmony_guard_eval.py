@@ -16,8 +16,8 @@ import json
 import torch
 
 from polo.policy.policy import Policy
-from polo.rollout.engine import EngineSetup
-from polo.rollout.harmony_guard import HarmonyGuard, guard_metrics
+from polo.engines.base import EngineSetup
+from polo.methods.harmony_guard.engine import HarmonyGuard, guard_metrics
 from polo.tasks import build_task
 
 

@@ -1,4 +1,4 @@
-"""Throughput of the HTTP judge client (``polo.policy.http_judge.EndpointClient``) against a running
+"""Throughput of the HTTP judge client (``polo.roles.http_judge.EndpointClient``) against a running
 OpenAI-compatible server: requests/s and prompts/s at concurrency 1 and 4, one prompt per request and 8 per
 request (the completions endpoint's batching), cache off, medians of ``--reps`` interleaved rounds.
 
@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from polo.policy.http_judge import EndpointClient
+from polo.roles.http_judge import EndpointClient
 
 CASES = [(1, 1), (1, 4), (8, 1), (8, 4)]
 """(prompts per request, requests in flight)."""

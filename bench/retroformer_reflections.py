@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from polo.envs import expert_policy, play
-from polo.tasks.reflection import reflection_text
+from polo.methods.retroformer.task import reflection_text
 from polo.train.checkpoint import latest_checkpoint, load_checkpoint
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer

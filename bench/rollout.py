@@ -9,7 +9,7 @@ shape), where polo computes each prompt once and ``generate`` and the floor comp
 
 ``--regime long`` (issue #14): the base model, prompts of 18 random characters (ladder-like), 32 rows,
 128 and 256 new tokens (fixed; ≤ 256 with EOS probability 1/256), 4 prompts × 8 samples at 256, and vLLM's
-engine (polo.rollout.vllm_generator, in this process, float32, prefix caching on) next to the others.
+engine (polo.engines.vllm_generator, in this process, float32, prefix caching on) next to the others.
 
     python bench/rollout.py [--quick] [--regime long]
 """
@@ -23,7 +23,7 @@ from transformers import DynamicCache
 from common import CACHE_ARG, EOS_PROB, REGIME_OPTION, build_model, interleaved, median, paired_ratio, parse_args, \
     print_table, random_prompts
 from polo.policy.policy import Policy
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 
 PROMPT, NEW = 16, 32
 LONG_PROMPT = 18
@@ -42,7 +42,7 @@ def forward_floor(model, ids: torch.Tensor, new_tokens: int) -> None:
 def vllm_engine(policy):
     """polo's vLLM engine serving ``policy`` (float32, in this process); torch stays on one thread."""
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings
+    from polo.engines.vllm_generator import VLLMGenerator, VLLMSettings
 
     engine = VLLMGenerator(VLLMSettings(), policy)
     torch.set_num_threads(1)

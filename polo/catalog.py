@@ -12,9 +12,9 @@ import textwrap
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
 from polo.policy.control.base import CONTROL_POLICIES
-from polo.policy.roles import ROLES
-from polo.rollout.engine import ENGINES
-from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.roles.base import ROLES
+from polo.engines.base import ENGINES
+from polo.prompt_samplers.base import PROMPT_SAMPLERS
 from polo.train.config import RECIPES_DIR
 from polo.train.control.method import CONTROL_METHODS
 from polo.train.control.recipe import CONTROL_RECIPES_DIR

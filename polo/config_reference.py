@@ -23,7 +23,7 @@ from polo.config_equivalents import EQUIVALENTS
 from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry
 from polo.core.suggest import section_model
 from polo.envs import ENVIRONMENTS
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.tasks.registry import TASKS
 from polo.train.config import STAGES, Recipe, flatten_tree, resolved_tree
 

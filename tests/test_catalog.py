@@ -4,7 +4,7 @@ from pathlib import Path
 from polo.catalog import catalog_markdown, catalog_text, recipe_rows
 from polo.cli import main
 from polo.core.registry import ADVANTAGES, CREDIT, POLICY_LOSSES
-from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.prompt_samplers.base import PROMPT_SAMPLERS
 
 
 def test_docs_algorithms_is_generated_from_the_registries():

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-LAYERS = [("core",), ("policy", "rollout", "tasks", "envs", "dist"), ("train",), ("arena", "cli", "catalog")]
+LAYERS = [("core",), ("policy", "tasks", "envs", "engines", "inputs", "roles", "prompt_samplers", "evaluation", "rollout",
+                      "dist"), ("methods",), ("train",), ("arena", "cli", "catalog")]
 """Lowest first; the packages of one layer may import each other (but not in a cycle)."""
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.core.segment import run_start_rows
-from polo.rollout.engine import Rollouts
+from polo.engines.base import Rollouts
 
 LAUNCH_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
 """What torchrun sets in every process it starts (with MASTER_ADDR and MASTER_PORT)."""

@@ -23,7 +23,7 @@ import torch
 from polo.dist.ray_pool import Restarts, prepare_worker, ray_module, shares
 from polo.dist.reward_workers import RewardWorkers, RewardWorkerSpec
 from polo.policy.policy import Policy
-from polo.rollout.engine import ENGINES, EngineSetup, Rollouts
+from polo.engines.base import ENGINES, EngineSetup, Rollouts
 from polo.tasks import build_task
 from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardSpec

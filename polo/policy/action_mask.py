@@ -4,7 +4,7 @@ policy and renormalized, ``π̃(a|s) = π(a|s)·1[a ∈ N_p(ψ(·|s))] / Σ_b π
 
 NLPO: "Is Reinforcement Learning (Not) for Natural Language Processing: Benchmarks, Baselines, and Building
 Blocks for Natural Language Policy Optimization" (arXiv:2210.01241). The masking policy ψ is a frozen copy of
-the policy refreshed every few steps (the ``masking_policy`` role, polo.policy.roles).
+the policy refreshed every few steps (the ``masking_policy`` role, polo.roles.base).
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ class Policy(nn.Module):
     input_names: ClassVar[tuple[str, ...]] = ()
     """Names of the per-prompt model inputs besides the token ids (``prompt_inputs``); none for a text LM."""
     own_sampler: ClassVar[Callable[..., Any] | None] = None
-    """A decoding function with ``polo.rollout.sampler.sample``'s signature that replaces polo's sampler; None."""
+    """A decoding function with ``polo.engines.sampler.sample``'s signature that replaces polo's sampler; None."""
     auto_model: ClassVar[type] = AutoModelForCausalLM
     """The Hugging Face auto class ``load`` reads a checkpoint folder of this kind with."""
     causal_trunk: ClassVar[bool] = True

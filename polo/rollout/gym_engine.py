@@ -21,7 +21,7 @@ from polo.core.batch import RolloutBatch
 from polo.core.registry import Component, ConfigError
 from polo.envs.control.snapshot import restore, snapshot
 from polo.envs.control.vector import EnvSettings, finished_episodes, make_vector_env
-from polo.rollout.engine import ENGINES
+from polo.engines.base import ENGINES
 
 
 def obs_tensor(obs: Any) -> Tensor:

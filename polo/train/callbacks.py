@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from polo.rollout.engine import Rollouts
+    from polo.engines.base import Rollouts
     from polo.train.trainer import Trainer
 
 

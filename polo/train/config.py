@@ -21,12 +21,12 @@ from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, O
                                 REGULARIZERS, SHAPING, ConfigError, Registry, Settings)
 from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.kinds import KINDS
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.vision_settings import VisionTowerConfig
-from polo.rollout.engine import ENGINES
-from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
+from polo.engines.base import ENGINES
+from polo.prompt_samplers.base import PROMPT_SAMPLERS
 from polo.tasks.paths import absolute_path
 from polo.tasks.plugins import is_loaded
 from polo.tasks.registry import normalize_task_config

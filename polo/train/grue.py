@@ -1,4 +1,4 @@
-"""``polo eval RUN --grue``: the GRUE evaluation (``polo.rollout.grue.EvalSuite``) of a run's checkpoint.
+"""``polo eval RUN --grue``: the GRUE evaluation (``polo.evaluation.grue.EvalSuite``) of a run's checkpoint.
 
 The policy is the run's newest checkpoint that verifies, or ``checkpoints/step_N`` (``step``); ``step=0`` is
 the run's starting model (its ``model.path`` or its warm start), the "before" of a before/after comparison.
@@ -21,7 +21,7 @@ from polo.core.diversity import Unit
 from polo.core.registry import ConfigError
 from polo.policy.kinds import policy_class
 from polo.policy.policy import Policy
-from polo.rollout.grue import KINDS, EvalSuite
+from polo.evaluation.grue import KINDS, EvalSuite
 from polo.tasks.base import Task
 from polo.tasks.rewards import RewardSpec
 from polo.train.config import Recipe

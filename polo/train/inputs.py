@@ -2,7 +2,7 @@
 
 Components declare inputs by name (``Component.needs()``); the engine writes some itself
 (``Engine.provides``); every other one comes from the input provider registered under that name
-(polo.rollout.providers). The roles the run builds are those the engine and the chosen providers need, plus
+(polo.inputs.base). The roles the run builds are those the engine and the chosen providers need, plus
 the roles that wrap the policy when the recipe configures them. Nothing here names a particular input.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polo.core.registry import ConfigError
-from polo.policy.roles import ROLES
-from polo.rollout.providers import PROVIDERS, Provider, ProviderContext
-from polo.rollout.engine import Rollouts
+from polo.roles.base import ROLES
+from polo.inputs.base import PROVIDERS, Provider, ProviderContext
+from polo.engines.base import Rollouts
 
 
 @dataclass

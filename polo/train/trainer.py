@@ -27,10 +27,10 @@ from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel, NoMetrics
 from polo.policy.policy import DTYPES, Policy, resolve_device
-from polo.policy.roles import RoleResources
+from polo.roles.base import RoleResources
 from polo.policy.kinds import policy_class
-from polo.rollout.engine import EngineSetup
-from polo.rollout.providers import ProviderContext
+from polo.engines.base import EngineSetup
+from polo.inputs.base import ProviderContext
 from polo.tasks import Example, build_task
 from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardSpec

@@ -8,7 +8,7 @@ import torch
 from polo.core.registry import ConfigError
 from polo.envs.control.vector import EnvSettings
 from polo.policy.control.base import CONTROL_POLICIES
-from polo.rollout.engine import ENGINES
+from polo.engines.base import ENGINES
 from polo.rollout.gym_engine import action_rows
 
 COUNTER = "polo_test/Counter-v0"

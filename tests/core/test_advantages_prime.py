@@ -3,7 +3,7 @@ batch whitening. The worked example is computed by hand below."""
 import pytest
 import torch
 
-from polo.core.advantages.prime import PRIME, leave_one_out
+from polo.methods.prime.advantage import PRIME, leave_one_out
 from polo.core.registry import ADVANTAGES, ConfigError
 
 from .helpers import build_batch, close

@@ -4,7 +4,7 @@ import torch
 from pydantic import ValidationError
 
 from polo.core.advantages import GRPO
-from polo.core.advantages.vspo import VSPO, smoothed_group_std
+from polo.methods.vspo.advantage import VSPO, smoothed_group_std
 
 from .helpers import build_batch, close, seq_adv
 

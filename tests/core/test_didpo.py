@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from polo.core.advantages.didpo import DiDPO, groupability_score
+from polo.methods.didpo.advantage import DiDPO, groupability_score
 from polo.core.registry import ADVANTAGES
 
 from .helpers import build_batch, close

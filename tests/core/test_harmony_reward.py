@@ -1,8 +1,8 @@
-"""HarmonyGuard's dual-objective step reward (polo.core.harmony_reward)."""
+"""HarmonyGuard's dual-objective step reward (polo.methods.harmony_guard.reward)."""
 import pytest
 import torch
 
-from polo.core.harmony_reward import dual_objective_rewards
+from polo.methods.harmony_guard.reward import dual_objective_rewards
 
 
 def test_spec_example():

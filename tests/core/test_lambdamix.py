@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from polo.core.advantages.lambdamix import LambdaMixAdvantage
+from polo.methods.lambdamix.advantage import LambdaMixAdvantage
 from polo.core.batch import RolloutBatch
-from polo.rollout.lambda_mix import draw_preferences
+from polo.methods.lambdamix.engine import draw_preferences
 from polo.tasks.rewards import get_reward
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from .helpers import build_batch, close
-from polo.core.advantages.p2tpo import P2TPO, anchor_pricing
+from polo.methods.p2tpo.advantage import P2TPO, anchor_pricing
 
 Q = [[1.0, 0.6, 0.8], [1.0, 0.9, 0.0]]
 

@@ -8,7 +8,7 @@ from polo.core.aggregation import StepCounts, TokenMean
 from polo.core.losses.ppo_clip import PPOClip
 from polo.core.registry import REGULARIZERS
 from polo.core.regularizers.self_distill import SelfDistill
-from polo.rollout.teacher_inputs import entropy_weight
+from polo.inputs.teacher_inputs import entropy_weight
 
 from .helpers import build_batch, close
 

@@ -19,10 +19,10 @@ from polo.core.batch import RolloutBatch
 from polo.core.registry import DIVERGENCES, POLICY_LOSSES, ConfigError
 from polo.dist.data_parallel import DataParallel, process_group_backend
 from polo.policy.policy import Policy, ValueModel
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.tiny import TinyModelConfig, build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.engine import Rollouts
+from polo.engines.base import Rollouts
 from polo.train.checkpoint import latest_checkpoint
 from polo.train.critics import Critics
 from polo.train.metrics import read_metrics

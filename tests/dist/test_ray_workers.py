@@ -16,7 +16,7 @@ from polo.dist.ray_workers import RolloutWorkers, WorkerSpec  # noqa: E402
 from polo.dist.reward_workers import RewardWorkerSpec  # noqa: E402
 from polo.policy.policy import build_tiny_policy  # noqa: E402
 from polo.policy.tiny import TinyModelConfig  # noqa: E402
-from polo.rollout.engine import ENGINES, EngineSetup, Rollouts  # noqa: E402
+from polo.engines.base import ENGINES, EngineSetup, Rollouts  # noqa: E402
 from polo.tasks import build_task  # noqa: E402
 from polo.tasks.rewards import RewardSpec  # noqa: E402
 from polo.train.config import load_recipe  # noqa: E402

@@ -7,7 +7,7 @@ from polo.policy.policy import Policy
 from polo.policy.reference import frozen_copy
 from polo.policy.tiny import TinyModelConfig, build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 
 
 def tiny_policy(seed: int) -> Policy:

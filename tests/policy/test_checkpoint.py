@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from polo.policy import Policy
-from polo.rollout import sample
+from polo.engines.sampler import sample
 
 @pytest.fixture(scope="module")
 def checkpoint(chat_checkpoint):

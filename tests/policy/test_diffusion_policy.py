@@ -10,7 +10,7 @@ from polo.policy.diffusion import DiffusionPolicy
 from polo.policy.kinds import policy_class
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 from polo.train.config import Model
 
 TINY = Model(kind="diffusion", tiny=TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))

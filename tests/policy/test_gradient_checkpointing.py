@@ -9,7 +9,7 @@ from polo.policy.policy import Policy
 from polo.policy.prefix import CachedDecoder, drops_cache
 from polo.policy.tiny import build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 PROMPTS = [p for p in ["2+3=", "17+25=", "4+4="] for _ in range(3)]  # repeated: the shared-prompt path

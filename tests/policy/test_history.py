@@ -2,7 +2,7 @@
 holding the initial policy, and a state dict that restores order and count."""
 import torch
 
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
 

@@ -9,9 +9,9 @@ from torch import nn
 from polo.core.aggregation import AGGREGATIONS, StepCounts
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
-from polo.policy.implicit_prm import ImplicitPRM, ImplicitRewardModel
+from polo.methods.prime.role import ImplicitPRM, ImplicitRewardModel
 from polo.policy.reference import frozen_copy
-from polo.policy.roles import ROLES, RoleResources
+from polo.roles.base import ROLES, RoleResources
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
 from polo.train.critics import Critics

@@ -19,10 +19,10 @@ pytestmark = pytest.mark.scale_out  # once per CI run: the torch thread count do
 
 from conftest import TINY  # noqa: E402
 from polo.cli import main  # noqa: E402
-from polo.policy.http_judge import EndpointClient  # noqa: E402
-from polo.policy.roles import ROLES  # noqa: E402
-from polo.rollout.engine import Rollouts  # noqa: E402
-from polo.rollout.providers import PROVIDERS, ProviderContext  # noqa: E402
+from polo.roles.http_judge import EndpointClient  # noqa: E402
+from polo.roles.base import ROLES  # noqa: E402
+from polo.engines.base import Rollouts  # noqa: E402
+from polo.inputs.base import PROVIDERS, ProviderContext  # noqa: E402
 from polo.tasks import build_task  # noqa: E402
 from polo.train.config import load_recipe  # noqa: E402
 from polo.train.warm_start import ensure_warm_start  # noqa: E402
@@ -114,7 +114,7 @@ def test_batched_scoring_gives_a_number_for_every_sample(server, examples, endpo
 
 def test_replies_that_do_not_parse_are_counted_and_logged(server, examples, caplog):
     judge = http_judge(server, score_pattern="no such reply (\\d)")
-    with caplog.at_level(logging.WARNING, logger="polo.rollout.judge_inputs"):
+    with caplog.at_level(logging.WARNING, logger="polo.inputs.judge_inputs"):
         got, metrics = provide(judge, examples)  # no exception
     assert got["judge_score"].isnan().all() and got["judge_present"].sum() == 0
     assert metrics == {"judge/failures": 10.0, "judge/failure_rate": 1.0, "judge/failures_unparseable": 10.0}

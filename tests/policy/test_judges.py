@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
-from polo.policy.http_judge import EndpointClient, parse_score
-from polo.policy.judges import Judge, JudgeRole, Scored, render
+from polo.roles.http_judge import EndpointClient, parse_score
+from polo.roles.judge import Judge, JudgeRole, Scored, render
 from polo.policy.reward_model import RewardModel
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.tokenizer import build_char_tokenizer

@@ -6,7 +6,7 @@ from polo.core.registry import ConfigError
 from polo.policy.kinds import KINDS, policy_class
 from polo.policy.policy import Policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 from polo.train.config import Model
 
 

@@ -6,11 +6,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from polo.core.registry import ConfigError
-from polo.policy.lambda_mix import Adapter, LambdaMix, LambdaMixPolicy
+from polo.methods.lambdamix.policy import Adapter, LambdaMix, LambdaMixPolicy
 from polo.policy.lora import LoraConfig, apply_lora
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
 

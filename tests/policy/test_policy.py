@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from polo.policy import LoraConfig, Policy, TinyModelConfig, ValueModel, apply_lora, frozen_copy
 from polo.policy.policy import build_tiny_policy
-from polo.rollout import sample
+from polo.engines.sampler import sample
 
 SMALL = TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)
 PROMPTS = ["2+3=", "a", "what is 12*7?"]

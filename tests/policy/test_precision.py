@@ -11,7 +11,7 @@ from polo.policy.inputs import concat_inputs
 from polo.policy.policy import resolve_device
 from polo.policy.reference import frozen_copy
 from polo.policy.policy import build_tiny_policy
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64)
 BF16_U = 2.0**-8

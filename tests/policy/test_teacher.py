@@ -7,8 +7,8 @@ import torch
 
 from polo.core.registry import ConfigError
 from polo.policy import Policy, TinyModelConfig
-from polo.policy.roles import ROLES, RoleResources
-from polo.policy.teacher import Teacher, TeacherModel, check_vocabulary
+from polo.roles.base import ROLES, RoleResources
+from polo.roles.teacher import Teacher, TeacherModel, check_vocabulary
 from polo.policy.policy import build_tiny_policy
 from polo.tasks.registry import build_task
 from polo.train.config import load_recipe

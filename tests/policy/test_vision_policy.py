@@ -5,7 +5,7 @@ import torch
 
 from polo.policy.tokenizer import build_char_tokenizer
 from polo.policy.vision import VisionPolicy, decode_images, encode_image
-from polo.rollout.sampler import sample
+from polo.engines.sampler import sample
 from polo.tasks.base import Example
 from polo.train.config import Model
 

@@ -9,12 +9,12 @@ from polo.envs import TURN_SEP, make
 from polo.policy import Policy
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.agent_probes import answer_logp, counterfactual_context, gold_logp, info_gain, memory_utility
-from polo.rollout.engine import ENGINES, EngineSetup
+from polo.inputs.agent_probes import answer_logp, counterfactual_context, gold_logp, info_gain, memory_utility
+from polo.engines.base import ENGINES, EngineSetup
 from polo.policy.prefix import distinct_prompts
-from polo.rollout.branches import observation_siblings
-from polo.rollout.episodes import TurnRecord
-from polo.rollout.providers import ProviderContext
+from polo.engines.branches import observation_siblings
+from polo.engines.episodes import TurnRecord
+from polo.inputs.base import ProviderContext
 from polo.tasks import build_task
 
 
@@ -238,7 +238,7 @@ def test_recovery_branches_continue_from_erroneous_states_with_a_hint(policy):
 
 
 def test_trajectory_rows_come_from_the_same_records_and_train_each_token_once(policy):
-    from polo.rollout.trajectory_rows import trajectory_rows
+    from polo.engines.trajectory_rows import trajectory_rows
 
     task, _, got = played(policy, {"name": "GuessNum-v0"}, G=4, n=2, window=6, recovery_branches=1)
     view = trajectory_rows(got, policy)

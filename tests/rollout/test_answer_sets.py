@@ -7,9 +7,9 @@ import torch
 from polo.core.advantages.vpo import VPO
 from polo.core.batch import RolloutBatch
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.answer_sets import answer_rewards, split_answers
-from polo.rollout.engine import ENGINES, EngineSetup, Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.inputs.answer_sets import answer_rewards, split_answers
+from polo.engines.base import ENGINES, EngineSetup, Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks import build_task
 from polo.tasks.base import Example
 from polo.tasks.rewards import RewardSpec

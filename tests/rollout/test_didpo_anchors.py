@@ -7,16 +7,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from polo.core.advantages.didpo import DiDPO
+from polo.methods.didpo.advantage import DiDPO
 from polo.core.batch import RolloutBatch
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.didpo_anchors import (
+from polo.methods.didpo.anchors import (
     AnchorSettings, Occurrence, Unit, mine_anchors, nonoverlap_cut, select_anchors,
 )
-from polo.rollout.didpo_inputs import char_ends, diff_anchor, occurrence_chars, token_columns
-from polo.rollout.engine import Rollouts
-from polo.rollout.episodes import TurnRecord
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.inputs.char_spans import char_ends, token_columns
+from polo.methods.didpo.inputs import diff_anchor, occurrence_chars
+from polo.engines.base import Rollouts
+from polo.engines.episodes import TurnRecord
+from polo.inputs.base import PROVIDERS, ProviderContext
 
 BUGGY = "    return a - b"
 

@@ -8,7 +8,7 @@ from polo.core.registry import ConfigError
 from polo.policy.diffusion import DiffusionPolicy
 from polo.policy.reference import frozen_copy
 from polo.policy.policy import build_tiny_policy
-from polo.rollout.engine import ENGINES, EngineSetup
+from polo.engines.base import ENGINES, EngineSetup
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec
 from polo.train.config import load_recipe

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from polo.core.advantages.gcpo import GCPO
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks.base import Example
 
 from tests.core.helpers import build_batch

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from polo.rollout.engine import ENGINES, EngineSetup
-from polo.rollout.guided import revealed
+from polo.engines.base import ENGINES, EngineSetup
+from polo.engines.guided import revealed
 from polo.tasks import build_task
 from polo.tasks.base import Example, reprompt
 from polo.tasks.rewards import RewardSpec

@@ -8,14 +8,14 @@ from pydantic import PrivateAttr
 
 from polo.core.registry import ConfigError
 from polo.envs import make
-from polo.policy.judges import Judge, Scored
+from polo.roles.judge import Judge, Scored
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import ENGINES, EngineSetup
-from polo.rollout.harmony_checker import JudgeChecker, RuleChecker, Step
-from polo.rollout.harmony_guard import HarmonyGuard, guard_metrics
-from polo.rollout.harmony_policy import Rule, RuleBase, parse_policy
-from polo.rollout.sampler import SampleOutput
+from polo.engines.base import ENGINES, EngineSetup
+from polo.methods.harmony_guard.checker import JudgeChecker, RuleChecker, Step
+from polo.methods.harmony_guard.engine import HarmonyGuard, guard_metrics
+from polo.methods.harmony_guard.policy_document import Rule, RuleBase, parse_policy
+from polo.engines.sampler import SampleOutput
 from polo.tasks import build_task
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume

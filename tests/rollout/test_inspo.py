@@ -10,8 +10,8 @@ import torch
 
 from polo.core.registry import ConfigError
 from polo.policy.policy import build_tiny_policy
-from polo.rollout.engine import ENGINES, EngineSetup
-from polo.rollout.instruction_proposers import ModelProposer, blame, clean, failures_first, mutate
+from polo.engines.base import ENGINES, EngineSetup
+from polo.methods.inspo.proposers import ModelProposer, blame, clean, failures_first, mutate
 from polo.tasks import build_task
 from polo.tasks.instructed import instructed
 from polo.train.config import load_recipe

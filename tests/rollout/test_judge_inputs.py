@@ -7,11 +7,11 @@ import socket
 import pytest
 import torch
 
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks.base import Example
 
 from tests.core.helpers import build_batch
@@ -35,7 +35,7 @@ def provide(judge, needs):
 def test_scores_presence_and_failure_counts(policy, caplog):
     criteria = [{"name": "a", "template": "{prompt}{response}"}, {"name": "b", "template": "{response}={answer}"}]
     judge = ROLES.build({"name": "judge", "criteria": criteria}, "roles.judge").build(policy)
-    with caplog.at_level(logging.WARNING, logger="polo.rollout.judge_inputs"):
+    with caplog.at_level(logging.WARNING, logger="polo.inputs.judge_inputs"):
         got, metrics = provide(judge, {"judge_score", "judge_scores"})
     scores = got["judge_scores"]
     assert scores.shape == (3, 2) and scores[:2].isfinite().all()

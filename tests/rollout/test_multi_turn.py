@@ -7,7 +7,7 @@ from polo.core.registry import ConfigError
 from polo.envs import TURN_SEP
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import ENGINES, EngineSetup
+from polo.engines.base import ENGINES, EngineSetup
 from polo.tasks import RewardSpec, build_task
 from polo.train.agent_metrics import episode_metrics
 from polo.train.metrics import read_metrics

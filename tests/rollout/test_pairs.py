@@ -7,12 +7,12 @@ import torch
 
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
-from polo.policy.history import PolicyHistory
+from polo.roles.history import PolicyHistory
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import ENGINES, EngineSetup, Rollouts
-from polo.rollout.pair_builder import build_pairs
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.engines.base import ENGINES, EngineSetup, Rollouts
+from polo.engines.pair_builder import build_pairs
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks import Example, Task, build_task
 from polo.tasks.rewards import RewardSpec
 

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
-from polo.rollout.engine import Rollouts
-from polo.rollout.paraphrase_sampler import ParaphraseGroup
+from polo.engines.base import Rollouts
+from polo.prompt_samplers.paraphrase_group import ParaphraseGroup
 from polo.tasks import build_task
 from polo.tasks.word_problem_paraphrases import SENTENCE_END, sentence_wordings, word_problem_paraphrases
 from polo.train.config import load_recipe

@@ -4,11 +4,11 @@ import torch
 
 from polo.core.batch import RolloutBatch
 from polo.policy.reference import frozen_copy
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 
 
 def test_process_rewards_under_the_prm_before_its_update():

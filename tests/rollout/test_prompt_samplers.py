@@ -3,8 +3,8 @@ import torch
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.tasks.base import Example
-from polo.rollout.engine import Rollouts
-from polo.rollout.prompt_samplers import DynamicSampling, SPOPriority, Uniform
+from polo.engines.base import Rollouts
+from polo.prompt_samplers.base import DynamicSampling, SPOPriority, Uniform
 from polo.train.data import PromptStream
 
 G = 2

@@ -6,17 +6,17 @@ import re
 import pytest
 import torch
 
-from polo.core.reflection import reflection_rewards
+from polo.methods.retroformer.reward import reflection_rewards
 from polo.core.registry import ConfigError
 from polo.envs import make
 from polo.policy.reference import frozen_copy
-from polo.policy.roles import ROLES
+from polo.roles.base import ROLES
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
-from polo.rollout.engine import ENGINES, EngineSetup
-from polo.rollout.retroformer import Retroformer
+from polo.engines.base import ENGINES, EngineSetup
+from polo.methods.retroformer.engine import Retroformer
 from polo.tasks import build_task
-from polo.tasks.reflection import failure_cause, reflection_text
+from polo.methods.retroformer.task import failure_cause, reflection_text
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
 

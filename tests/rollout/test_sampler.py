@@ -5,7 +5,7 @@ import torch
 
 from polo.policy import TinyModelConfig
 from polo.policy.policy import build_tiny_policy
-from polo.rollout import sample
+from polo.engines.sampler import sample
 
 PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]
 
@@ -90,7 +90,7 @@ def test_top_k_one_and_tiny_top_p_are_greedy(policy):
 
 
 def test_draw_matches_the_distribution_and_never_picks_excluded_tokens():
-    from polo.rollout.sampler import _draw
+    from polo.engines.sampler import _draw
 
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
     z = probs.log().expand(20000, 4)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
-from polo.rollout.engine import ENGINES, EngineSetup
+from polo.engines.base import ENGINES, EngineSetup
 from polo.tasks import build_task
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume

@@ -8,10 +8,10 @@ from transformers import AutoTokenizer
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.rollout.element_inputs import element_inputs
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
-from polo.rollout.span_inputs import tagged_spans
+from polo.methods.p2tpo.inputs import element_inputs
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
+from polo.inputs.span_inputs import tagged_spans
 from polo.tasks.base import Example
 from polo.tasks.registry import build_task
 from polo.tasks.slate_rank import ndcg

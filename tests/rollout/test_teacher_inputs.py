@@ -10,11 +10,11 @@ from polo.core.credit.cort import CoRT
 from polo.core.distill import with_tail
 from polo.core.registry import ConfigError
 from polo.policy import TinyModelConfig
-from polo.policy.teacher import Teacher
+from polo.roles.teacher import Teacher
 from polo.policy.policy import build_tiny_policy
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
-from polo.rollout.teacher_inputs import pick_siblings
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
+from polo.inputs.teacher_inputs import pick_siblings
 from polo.tasks.base import reprompt
 from polo.tasks.base import Example
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks import Example, build_task, score
 from polo.tasks import sandbox
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from polo.rollout.value_sampler import ValueResample, task_value
+from polo.methods.vspo.sampler import ValueResample, task_value
 from test_prompt_samplers import G, fake_generate, stream
 
 

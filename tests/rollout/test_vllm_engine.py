@@ -12,8 +12,8 @@ from polo.core.registry import ConfigError  # noqa: E402
 from polo.policy.lora import LoraConfig, apply_lora  # noqa: E402
 from polo.policy.policy import build_tiny_policy  # noqa: E402
 from polo.policy.tiny import TinyModelConfig  # noqa: E402
-from polo.rollout.engine import ENGINES, EngineSetup  # noqa: E402
-from polo.rollout.vllm_generator import VLLMGenerator, VLLMSettings  # noqa: E402
+from polo.engines.base import ENGINES, EngineSetup  # noqa: E402
+from polo.engines.vllm_generator import VLLMGenerator, VLLMSettings  # noqa: E402
 from polo.tasks import build_task  # noqa: E402
 from polo.train.config import load_recipe  # noqa: E402
 from polo.train.trainer import Trainer  # noqa: E402

@@ -7,9 +7,9 @@ import torch
 
 from polo.core.advantages.group import GRPO
 from polo.core.registry import SHAPING, ConfigError
-from polo.core.shaping.rapo import absolute_reward, rank_reward
-from polo.rollout.engine import Rollouts
-from polo.rollout.providers import PROVIDERS, ProviderContext
+from polo.methods.rapo.shaping import absolute_reward, rank_reward
+from polo.engines.base import Rollouts
+from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks import get_reward
 from polo.tasks.base import Example
 

@@ -9,7 +9,7 @@ import torch
 
 from polo.cli import main
 from polo.core.registry import ConfigError
-from polo.rollout.engine import EngineSetup, scored
+from polo.engines.base import EngineSetup, scored
 from polo.tasks import Example, RewardSpec, build_task, register_reward, score
 from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardError, score_batch

@@ -9,10 +9,10 @@ import pytest
 import polo.train
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 SHAPING)
-from polo.policy.roles import ROLES
-from polo.rollout.engine import ENGINES
-from polo.rollout.prompt_samplers import PROMPT_SAMPLERS
-from polo.rollout.providers import PROVIDERS
+from polo.roles.base import ROLES
+from polo.engines.base import ENGINES
+from polo.prompt_samplers.base import PROMPT_SAMPLERS
+from polo.inputs.base import PROVIDERS
 from polo.tasks import load_plugin
 from polo.train.checkpoint import latest_checkpoint
 from polo.train.config import load_recipe
@@ -67,7 +67,7 @@ def _names_in(path: Path) -> set[str]:
 
 def test_train_names_no_particular_entry():
     entries = {(name, cls.__name__ if isinstance(cls, type) else "") for r in REGISTRIES for name, cls in r}
-    forbidden = {n for pair in entries for n in pair if n} | {"polo.rollout.single_turn", "polo.rollout.sampler"}
+    forbidden = {n for pair in entries for n in pair if n} | {"polo.engines.single_turn", "polo.engines.sampler"}
     for path in Path(polo.train.__file__).parent.glob("*.py"):
         named = _names_in(path) & forbidden
         assert not named, f"{path.name} names {sorted(named)}"

@@ -24,7 +24,7 @@ from polo.envs.control.vector import EnvSettings, freeze_normalization, make_vec
 from polo.policy.control.base import CONTROL_POLICIES
 from polo.policy.control.spaces import flat_dim
 from polo.policy.control.value import CriticSettings
-from polo.rollout.engine import ENGINES
+from polo.engines.base import ENGINES
 from polo.rollout.gym_engine import action_rows, env_action, obs_tensor
 from polo.train.control.method import CONTROL_METHODS, ControlMethod
 

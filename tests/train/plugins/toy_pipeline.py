@@ -6,10 +6,10 @@ from polo.core.losses.base import LossOutput, PolicyLoss, clipped_surrogate, rat
 from polo.core.registry import POLICY_LOSSES
 from polo.core.segment import masked_mean
 from polo.policy.reference import frozen_copy
-from polo.policy.roles import ROLES, Role
-from polo.rollout.engine import ENGINES
-from polo.rollout.providers import register_provider
-from polo.rollout.single_turn import SingleTurn
+from polo.roles.base import ROLES, Role
+from polo.engines.base import ENGINES
+from polo.inputs.base import register_provider
+from polo.engines.single_turn import SingleTurn
 
 CALLS = {"engine": 0, "role_built": 0, "provider": 0, "loss": 0}
 

@@ -1,0 +1,343 @@
+"""The ``multi_turn`` engine: G episodes per task instance of a text environment, in lock-step batches.
+
+Every example of the ``environment`` task is one episode seed. Its G episodes start from the same state; at
+each turn the contexts of all live episodes (``task.context``: the rendered history window, or chat messages
+with user, assistant and tool roles for a chat-template checkpoint) are encoded and decoded in one batched
+sampler call (episodes whose contexts are equal share one prefill: the KV cache of a shared prefix is
+computed once), each action is cut at the environment's stop string, and the environments step. An episode
+ends when its environment terminates or truncates (``turn_limit``).
+
+The batch is the step-row view: one row per (episode, turn), prompt = that turn's context, response = the
+action the policy generated (observations, hints and rendering live in the prompts, so only generated tokens
+are ever trainable). Every row carries its episode's return as its reward and the step-row inputs of
+``polo.core.advantages.step_inputs`` in ``extras``: ``traj``, ``step``, ``anchor`` / ``next_anchor``
+(equal ids ⇔ the same environment state text, per task instance; ``similarity_thresh`` clusters
+near-equal texts), ``step_reward``, ``action_key``, ``valid``, ``tool_error``, ``correct``, ``context_hidden`` ``[N, d]`` (the
+hidden-state handle: the last layer's state at the last context token, kept from the sampler's prefill; after
+a forced prefix, at its last token) and every oracle
+the environment reports (``judge``, ``ev``, ``uses_support``/``uses_failed``, ``hint``, ``memory_write``,
+``memory_relevance``). ``Rollouts.turns`` holds the host-side ``TurnRecord`` of every row.
+
+Rollout trees (``polo.engines.branches``): ``observation_branches: M`` re-samples the argument of the most
+uncertain, least redundant observation actions M times (OPO's sibling rows, one step each);
+``counterfactuals: true`` replays each episode with its first granularity decision swapped and lets the
+policy finish (CIPO's ``cf_delta``); ``recovery_branches: M`` continues M hinted children from erroneous
+states (ReflectPO); ``token_branches: M`` continues M children from inside an action, after the token with
+the highest APPO branching score. A branch replays its parent's earlier turns in a fresh environment and
+owns only the turns it samples; ``batch.parent`` is the parent trajectory (−1 for roots) and ``depth`` its
+depth.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import Tensor
+
+from polo.core.agent_primitives import anchor_ids
+from polo.core.batch import RolloutBatch
+from polo.core.registry import ConfigError
+from polo.policy.inputs import pad_sequences
+from polo.engines import branches
+from polo.engines.base import ENGINES, Engine, EngineSetup, Rollouts
+from polo.engines.episodes import Episode, TurnRecord
+from polo.tasks.base import Example
+
+ORACLES = {"judge": "judge_score", "ev": "ev", "hint": "hint", "memory_write": "memory_write",
+           "memory_relevance": "memory_relevance"}
+"""Step-row input ← the environment's ``info`` key; written when the environment reports it on every turn,
+except ``DEFAULT_ZERO`` ones, always written: 0 on turns without a memory write or a hint."""
+DEFAULT_ZERO = frozenset({"memory_write", "memory_relevance", "hint"})
+
+
+def _stack(parts: list[Tensor], width: int, value: float, left: bool) -> Tensor:
+    """Pad each ``[b, w]`` part to ``width`` columns (on the left or the right) and concatenate the rows (padded
+    positions are masked, so the pad value only has to be a valid token id)."""
+    return torch.cat([F.pad(p, (width - p.shape[1], 0) if left else (0, width - p.shape[1]), value=value)
+                      for p in parts])
+
+
+def _bitmask(edges, kind: str) -> int:
+    """The turns of ``depends_on`` edges of ``kind`` as bits of an int64."""
+    bits = 0
+    for turn, edge_kind in edges:
+        if edge_kind == kind:
+            if turn >= 63:
+                raise ValueError(f"depends_on turn {turn}: the uses_* bitmasks hold turns 0..62")
+            bits |= 1 << turn
+    return bits
+
+
+@ENGINES.register("multi_turn")
+class MultiTurn(Engine):
+    """Episodes of the ``environment`` task's text environment, one batched decode per turn; step rows out."""
+
+    provides = frozenset({"old_logp", "correct", "prompt_index", "traj", "step", "anchor", "next_anchor",
+                          "step_reward", "action_key", "valid", "tool_error", *ORACLES, "uses_support",
+                          "uses_failed", "branch", "sibling", "arg_start", "cf_decision", "cf_delta", "branch_token",
+                          "branch_scale", "context_hidden"})
+    similarity_thresh: float | None = Field(None, gt=0, le=1)
+    """None: anchor states match by equal text (GiGPO's default); else difflib similarity ≥ this clusters them."""
+    anchor: Literal["observation", "context"] = "observation"
+    """The anchor state's text: the environment's current observation (the spec's), or the whole context the
+    policy read (for environments whose observation does not identify the state, like GuessNum's "u: yes")."""
+    observation_branches: int = Field(0, ge=0)
+    """OPO: re-sampled siblings (argument only, one step) per chosen observation event; 0 = no branching."""
+    branch_events: int = Field(1, ge=1)
+    """OPO: observation events branched per episode (the highest uncertainty × (1 − redundancy))."""
+    branch_uncertainty: float = Field(1.0, ge=0)
+    """OPO: an event is eligible when its argument tokens' mean sampling entropy (nats) is at least this."""
+    branch_redundancy: float = Field(0.5, ge=0, le=1)
+    """OPO: ... and its argument's word overlap (Jaccard) with earlier arguments is at most this."""
+    counterfactuals: bool = False
+    """CIPO: replay each episode with its first tool-granularity decision swapped; the policy finishes it."""
+    recovery_branches: int = Field(0, ge=0)
+    """ReflectPO: hinted children per erroneous state (repeated visit, invalid action, failed tool call)."""
+    max_branch_points: int = Field(4, ge=1)
+    """ReflectPO: erroneous states branched per task."""
+    token_branches: int = Field(0, ge=0)
+    """APPO: continuations from each root episode's highest-scoring token (entropy × future likelihood gain)."""
+    branch_window: int = Field(32, ge=1)
+    """APPO: tokens W in the future likelihood gain Ω_k."""
+    branch_gamma: float = Field(0.9, ge=0, le=1)
+    """APPO: discount γ_Ω inside Ω_k."""
+    branch_alpha: float = Field(1.0, ge=0)
+    """APPO: the branch group's advantage is scaled by 1 + α·Ω̂_b."""
+
+    @model_validator(mode="after")
+    def _one_branch_id(self) -> "MultiTurn":
+        if self.observation_branches and self.token_branches:
+            raise ValueError("observation_branches (OPO) and token_branches (APPO) both write the branch input; "
+                             "enable one of them")
+        return self
+
+    def roles(self) -> set[str]:
+        """APPO's branching reads the frozen reference policy."""
+        return {"reference"} if self.token_branches else set()
+
+    def setup(self, setup: EngineSetup) -> None:
+        if not hasattr(setup.task, "make_env"):
+            raise ConfigError(f"engine multi_turn plays environment episodes; task {setup.task.name!r} has none: "
+                              f"use task: {{name: environment, env: {{name: TextGrid-v0}}}}")
+        if setup.reward_specs:
+            raise ConfigError(f"engine multi_turn: the environment's rewards are the episode's return; remove the "
+                              f"recipe's rewards ({', '.join(s.name for s in setup.reward_specs)})")
+        super().setup(setup)
+
+    def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
+                samples_per_prompt: int | None = None, greedy: bool = False) -> Rollouts:
+        G = samples_per_prompt or self.settings.samples_per_prompt
+        groups = [i for i in range(len(examples)) for _ in range(G)]
+        episodes = self.start([examples[i].columns["seed"] for i in groups])
+        calls = self.play(policy, episodes, generator, greedy,
+                          entropy=bool(self.observation_branches or self.token_branches))
+        extras: dict[int, dict[str, float]] = {}
+        group_of = {ep.traj: g for ep, g in zip(episodes, groups)}
+        full, roots = list(episodes), list(calls)
+        if self.counterfactuals:
+            branches.counterfactual_gains(self, policy, episodes, generator, extras)
+        if self.recovery_branches:
+            children, more = branches.recovery_branches(self, policy, episodes, generator, group_of)
+            full, calls = full + children, calls + more
+        if self.token_branches:
+            children, more = branches.token_branches(self, policy, episodes, roots, generator, extras, group_of)
+            full, calls = full + children, calls + more
+        if self.observation_branches:
+            calls += branches.observation_siblings(self, policy, episodes, roots, generator, extras, group_of)
+        return self.step_rows(calls, full, group_of, examples, prompt_index, extras)
+
+    def evaluate(self, policy, examples: list[Example]) -> float:
+        """The fraction of ``examples`` (episode seeds) solved by one greedy episode each."""
+        episodes = self.start([e.columns["seed"] for e in examples])
+        self.play(policy, episodes, None, greedy=True)
+        return sum(ep.success for ep in episodes) / max(1, len(episodes))
+
+    def start(self, seeds: list[int]) -> list[Episode]:
+        task = self.settings.task
+        return [Episode.start(task.make_env(), seed, i) for i, seed in enumerate(seeds)]
+
+    def play(self, policy, episodes: list[Episode], generator, greedy: bool, *, max_turns: int | None = None,
+             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False) -> list[dict]:
+        """Play ``episodes`` in lock-step until they end (or for ``max_turns`` turns). ``action_prefix`` forces
+        the start of an episode's first action, as text or token ids (a token-offset branch: the prefix is not
+        sampled and not trainable). Returns one dict per decoding call: its ``prompt_ids``/``prompt_mask``, the sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
+        ``records``; each episode also gets its records."""
+        s = self.settings
+        chat = bool(getattr(policy, "chat_template", False))
+        context_limit = getattr(policy.hf_model.config, "max_position_embeddings", None)
+        forced = dict(action_prefix or {})
+        calls, turn = [], 0
+        live = [ep for ep in episodes if not ep.done]
+        while live and (max_turns is None or turn < max_turns):
+            contexts = [self.context(ep, chat) for ep in live]
+            ids, mask = policy.encode_prompts(contexts)
+            prefixes = [self._prefix_ids(policy, forced.pop(ep.traj, [])) for ep in live]
+            if context_limit is not None and ids.shape[1] + s.max_new_tokens > context_limit:
+                raise ConfigError(f"engine multi_turn: a context of {ids.shape[1]} tokens plus {s.max_new_tokens} "
+                                  f"action tokens exceeds the model's {context_limit} positions: lower "
+                                  f"task.history_window or raise model.tiny.max_position_embeddings")
+            out = self._sample(policy, ids, mask, prefixes, generator, greedy, entropy)
+            texts = policy.decode(out.response_ids, out.response_mask)
+            contexts, ids, mask, out, texts = self.review(policy, live, contexts, ids, mask, prefixes, out, texts,
+                                                          generator, greedy, entropy)
+            records = []
+            for ep, context, ids_, text in zip(live, contexts, prefixes, texts):
+                prefix = policy.tokenizer.decode(ids_, skip_special_tokens=True) if ids_ else ""
+                action = (prefix + text).split(ep.env.action_stop)[0].strip()
+                result = ep.apply(action)
+                record = TurnRecord(ep.traj, len(ep.history) - 1, context, action, result.observation, result.reward,
+                                    result.info, ep.seed, ep.env.prompt, ep.gold(), ep.env.probe_prefix,
+                                    result.terminated, result.truncated, ep.parent, ep.depth, prefix)
+                ep.records.append(record)
+                records.append(record)
+            calls.append({"prompt_ids": ids, "prompt_mask": mask, "out": out, "records": records})
+            live = [ep for ep in live if not ep.done]
+            turn += 1
+        return calls
+
+    def context(self, episode: Episode, chat: bool) -> str | Example:
+        """What the policy reads before ``episode``'s next action: the task's rendering (an outer loop that
+        changes what surrounds the policy, an instruction or a harness, overrides it)."""
+        return self.settings.task.context(episode.env, episode.history, chat=chat)
+
+    def review(self, policy, live: list[Episode], contexts: list, ids: Tensor, mask: Tensor, prefixes: list[list[int]],
+               out, texts: list[str], generator, greedy: bool, entropy: bool):
+        """Between sampling a turn's actions and playing them: a guard may replace some rows' contexts, prompts,
+        samples and texts (HarmonyGuard's regenerated steps, polo.methods.harmony_guard.engine); here they pass."""
+        return contexts, ids, mask, out, texts
+
+    @staticmethod
+    def _prefix_ids(policy, prefix: str | list[int]) -> list[int]:
+        return policy.tokenizer(prefix, add_special_tokens=False)["input_ids"] if isinstance(prefix, str) else prefix
+
+    def _sample(self, policy, ids: Tensor, mask: Tensor, pre: list[list[int]], generator, greedy: bool,
+                entropy: bool):
+        """Sample the actions of one turn; rows with a forced prefix continue after it, and the prefix comes
+        back as leading response tokens with mask 0 (log-prob 0): owned by the parent, never trained."""
+        s = self.settings
+        kwargs = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                      greedy=greedy, generator=generator, return_entropy=entropy, return_hidden=True)
+        if not any(pre):
+            return self.generate(policy, ids, mask, **kwargs)
+        seqs = [row[m.bool()].tolist() + p for row, m, p in zip(ids, mask, pre)]
+        out = self.generate(policy, *pad_sequences(seqs, policy.pad_token_id, left=True, device=ids.device), **kwargs)
+        width = max(map(len, pre))
+        joined = {name: [] for name in ("response_ids", "response_mask", "logp", "entropy")}
+        device = out.response_ids.device
+        for b, p in enumerate(pre):  # each row: its prefix (mask 0), its sampled tokens, then right padding
+            n = len(p)
+            zeros = torch.zeros(n, device=device)
+            parts = {"response_ids": torch.cat([torch.tensor(p, dtype=torch.long, device=device), out.response_ids[b]]),
+                     "response_mask": torch.cat([zeros.long(), out.response_mask[b]]),
+                     "logp": torch.cat([zeros, out.logp[b]])}
+            if out.entropy is not None:
+                parts["entropy"] = torch.cat([zeros, out.entropy[b]])
+            for name, value in parts.items():
+                joined[name].append(F.pad(value, (0, width - n), value=0))
+        out.response_ids, out.response_mask, out.logp = (torch.stack(joined[n]) for n in
+                                                         ("response_ids", "response_mask", "logp"))
+        out.entropy = torch.stack(joined["entropy"]) if out.entropy is not None else None
+        return out
+
+    def step_rows(self, calls: list[dict], episodes: list[Episode], group_of: dict[int, int],
+                  examples: list[Example], prompt_index: list[int], extras: dict[int, dict[str, float]]) -> Rollouts:
+        """The step-row ``Rollouts`` of played turns (rows in decoding order). ``group_of`` maps every trajectory
+        (branches included) to its task; ``extras`` adds per-trajectory, per-step inputs keyed by traj
+        (``{traj: {"<name>@<step>": value}}`` or ``{traj: {name: value}}`` for every row of traj)."""
+        records = [r for c in calls for r in c["records"]]
+        outs = [c["out"] for c in calls]
+        group = [group_of[r.traj] for r in records]
+        final = {ep.traj: ep for ep in episodes}
+        Tp = max(c["prompt_ids"].shape[1] for c in calls)
+        T = max(o.response_ids.shape[1] for o in outs)
+        response_mask = _stack([o.response_mask for o in outs], T, 0, left=False)
+        steps = torch.tensor([r.step for r in records])
+        batch = RolloutBatch(
+            prompt_ids=_stack([c["prompt_ids"] for c in calls], Tp, 0, left=True),
+            prompt_mask=_stack([c["prompt_mask"] for c in calls], Tp, 0, left=True),
+            response_ids=_stack([o.response_ids for o in outs], T, 0, left=False),
+            response_mask=response_mask,
+            group=torch.tensor(group),
+            rewards=torch.tensor([[self._return(r, final)] for r in records], dtype=torch.float32),
+            reward_names=("return",),
+            truncated=torch.cat([o.truncated for o in outs]),
+            old_logp=_stack([o.logp for o in outs], T, 0.0, left=False),
+            turn=torch.where(response_mask.bool(), steps[:, None], -1),
+            parent=torch.tensor([r.parent for r in records], dtype=torch.long),
+            extras={
+                "correct": torch.tensor([float(final[r.traj].success) if r.traj in final else 0.0 for r in records]),
+                "prompt_index": torch.tensor([prompt_index[g] for g in group], dtype=torch.long),
+                "traj": torch.tensor([r.traj for r in records], dtype=torch.long),
+                "step": steps,
+                "depth": torch.tensor([r.depth for r in records], dtype=torch.long),
+                "context_hidden": torch.cat([o.hidden for o in outs]),
+                **self._anchors(records, group),
+                **self._env_inputs(records),
+                **self._added(records, extras),
+            },
+        )
+        return Rollouts(batch, [r.action for r in records], [examples[g] for g in group], turns=records)
+
+    @staticmethod
+    def _return(record: TurnRecord, final: dict[int, Episode]) -> float:
+        """The episode return written on the row (a sibling row, a partial trajectory, gets its step reward)."""
+        ep = final.get(record.traj)
+        return ep.episode_return if ep is not None else record.reward
+
+    def _anchors(self, records: list[TurnRecord], group: list[int]) -> dict[str, Tensor]:
+        """``anchor`` (the state a turn was taken in) and ``next_anchor`` (the state it led to; −1 = the terminal
+        sink: the episode terminated there, or was truncated in a state no turn of its group acted in)."""
+        if self.anchor == "context":
+            texts = [r.context_text for r in records]
+            row_of = {(r.traj, r.step): i for i, r in enumerate(records)}
+            # the next state is the next turn's context; past a trajectory's last row, an unseen state
+            following = [texts[row_of[r.traj, r.step + 1]] if (r.traj, r.step + 1) in row_of else "\0end"
+                         for r in records]
+        else:
+            texts = [r.info["anchor_obs"] for r in records]
+            following = [r.observation for r in records]
+        ids = anchor_ids(texts + following, group + group, self.similarity_thresh)
+        anchor, after = ids[: len(records)], ids[len(records):]
+        sources = set(zip(group, anchor))
+        next_anchor = [-1 if r.terminated or (r.truncated and (g, a) not in sources) else a
+                       for r, g, a in zip(records, group, after)]
+        return {"anchor": torch.tensor(anchor, dtype=torch.long),
+                "next_anchor": torch.tensor(next_anchor, dtype=torch.long)}
+
+    @staticmethod
+    def _env_inputs(records: list[TurnRecord]) -> dict[str, Tensor]:
+        """``step_reward``, ``action_key``, ``valid``, ``tool_error``, the ``depends_on`` bitmasks and every
+        oracle of ``ORACLES`` the environment reports."""
+        infos = [r.info for r in records]
+        keys: dict[str, int] = {}
+        out = {
+            "step_reward": torch.tensor([r.reward for r in records], dtype=torch.float32),
+            "action_key": torch.tensor([keys.setdefault(r.action, len(keys)) for r in records], dtype=torch.long),
+            "valid": torch.tensor([float(i["valid"]) for i in infos]),
+            "tool_error": torch.tensor([float(i["tool_error"]) for i in infos]),
+        }
+        if infos and all("depends_on" in i for i in infos):
+            out["uses_support"] = torch.tensor([_bitmask(i["depends_on"], "support") for i in infos])
+            out["uses_failed"] = torch.tensor([_bitmask(i["depends_on"], "failed") for i in infos])
+        for name, key in ORACLES.items():
+            if name in DEFAULT_ZERO:
+                out[name] = torch.tensor([float(i.get(key, 0.0)) for i in infos])
+            elif infos and all(key in i for i in infos):
+                out[name] = torch.tensor([float(i[key]) for i in infos])
+        return out
+
+    def _added(self, records: list[TurnRecord], extras: dict[int, dict[str, float]]) -> dict[str, Tensor]:
+        """Per-row inputs of the enabled branching passes (``branches``), their defaults on rows they skip."""
+        names = ({"branch", "sibling", "arg_start"} if self.observation_branches else set()) | (
+            {"cf_decision", "cf_delta"} if self.counterfactuals else set()) | (
+            {"branch", "branch_token", "branch_scale"} if self.token_branches else set())
+        out = {}
+        for name in sorted(names):
+            default = branches.ADDED_DEFAULTS[name]
+            values = [extras.get(r.traj, {}).get(f"{name}@{r.step}", extras.get(r.traj, {}).get(name, default))
+                      for r in records]
+            dtype = torch.long if isinstance(default, int) else torch.float32
+            out[name] = torch.tensor(values, dtype=dtype)
+        return out

@@ -1,0 +1,2 @@
+"""Evaluation of a policy on held-out prompts: accuracy (greedy and sampled) and GRUE's task score, naturalness and
+diversity."""

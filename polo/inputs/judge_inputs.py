@@ -1,0 +1,43 @@
+"""The judge's inputs: ``judge_score`` ``[B]`` and ``judge_scores`` ``[B, D]`` from the ``judge`` role.
+
+One call of the judge per step scores every (example, completion) on each of its D criteria. A failed
+judgment (timeout, connection or HTTP error, unparseable reply, too long for a local judge) is NaN, so a
+component can tell "unscored" from a low score; ``judge_present`` ``[B]`` is 0 where any criterion of a row
+failed. ``judge_score`` is the mean of a row's D criteria. The step's metrics row gets ``judge/failures``
+(failed judgments), ``judge/failure_rate`` (over B·D judgments) and ``judge/failures_<reason>`` per reason,
+and failures are logged (``logging``, logger ``polo.inputs.judge_inputs``) with one example per reason.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor
+
+from polo.engines.base import Rollouts
+from polo.inputs.base import ProviderContext, register_provider
+
+log = logging.getLogger(__name__)
+
+
+@register_provider("judge_score", "judge_scores", "judge_present", roles={"judge"})
+@torch.no_grad()
+def judge_inputs(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
+    """The judge's scores of the batch's completions (see the module docstring)."""
+    judged = ctx.models["judge"](rollouts.examples, rollouts.completions)
+    scores = judged.scores.to(rollouts.batch.rewards.device)
+    failed = sum(judged.failures.values())
+    ctx.metrics["judge/failures"] = float(failed)
+    ctx.metrics["judge/failure_rate"] = failed / max(scores.numel(), 1)
+    for reason, count in sorted(judged.failures.items()):
+        ctx.metrics[f"judge/failures_{reason}"] = float(count)
+    if failed:
+        log.warning("judge: %d of %d judgments failed (%s); e.g. %s", failed, scores.numel(),
+                    ", ".join(f"{r}: {n}" for r, n in sorted(judged.failures.items())),
+                    "; ".join(f"{r}: {d}" for r, d in sorted(judged.details.items())))
+    got = {"judge_present": scores.isfinite().all(-1).float()}
+    if "judge_score" in ctx.needs:
+        got["judge_score"] = scores.mean(-1)
+    if "judge_scores" in ctx.needs:
+        got["judge_scores"] = scores
+    return got
