@@ -11,7 +11,7 @@ RUN is a run folder (its last checkpoint is evaluated; ``--initial``: the warm s
 * ``same_answer``: fraction of problems whose K final answers (the text after the task's answer marker, else
   the whole completion) are identical, right or wrong (a completion without the marker has no answer);
 * ``entropy_gap``: mean over problems of the mean over pairs j < l of |H_j − H_l|, H the word entropy of a
-  completion (``polo.inputs.word_entropy``); ``word_entropy``: the mean H.
+  completion (``polo.methods.info_consistency.word_entropy``); ``word_entropy``: the mean H.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from polo.evaluation.accuracy import completions
-from polo.inputs.word_entropy import word_entropy
+from polo.methods.info_consistency.word_entropy import word_entropy
 from polo.tasks import build_task
 from polo.tasks.traced import final_answer
 from polo.train.config import load_recipe

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from polo.core.advantages.srpo import SRPO, routed_to_teacher
+from polo.methods.srpo.advantage import SRPO, routed_to_teacher
 from polo.core.registry import ConfigError, ADVANTAGES
 
 from .helpers import build_batch, close

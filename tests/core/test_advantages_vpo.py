@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from polo.core.advantages.vpo import VPO, sample_gamma, set_scores
+from polo.methods.vpo.advantage import VPO, sample_gamma, set_scores
 from polo.core.registry import ConfigError
 
 from .helpers import build_batch, close

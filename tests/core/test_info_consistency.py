@@ -7,9 +7,9 @@ from pydantic import ValidationError
 
 from polo.core.advantages.group import GRPO
 from polo.core.batch import RolloutBatch
-from polo.core.shaping.info_consistency import InfoConsistency, helpfulness_stability
+from polo.methods.info_consistency.shaping import InfoConsistency, helpfulness_stability
 from polo.engines.base import Rollouts
-from polo.inputs.word_entropy import completion_word_entropy, word_entropy
+from polo.methods.info_consistency.word_entropy import completion_word_entropy, word_entropy
 
 RESPONSES = ["invest in a diversified low cost index fund", "invest in index funds",
              "a diversified low cost index fund with bonds for safety"]

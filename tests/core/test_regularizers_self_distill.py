@@ -3,11 +3,11 @@ loss of §2 with the GRPO branch (one shared token denominator)."""
 import pytest
 import torch
 
-from polo.core.advantages.srpo import SRPO
+from polo.methods.srpo.advantage import SRPO
 from polo.core.aggregation import StepCounts, TokenMean
 from polo.core.losses.ppo_clip import PPOClip
 from polo.core.registry import REGULARIZERS
-from polo.core.regularizers.self_distill import SelfDistill
+from polo.methods.srpo.self_distill import SelfDistill
 from polo.inputs.teacher_inputs import entropy_weight
 
 from .helpers import build_batch, close

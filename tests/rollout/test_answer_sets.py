@@ -4,10 +4,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from polo.core.advantages.vpo import VPO
+from polo.methods.vpo.advantage import VPO
 from polo.core.batch import RolloutBatch
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.inputs.answer_sets import answer_rewards, split_answers
+from polo.methods.vpo.answer_sets import answer_rewards, split_answers
 from polo.engines.base import ENGINES, EngineSetup, Rollouts
 from polo.inputs.base import PROVIDERS, ProviderContext
 from polo.tasks import build_task

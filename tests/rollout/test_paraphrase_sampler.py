@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.engines.base import Rollouts
-from polo.prompt_samplers.paraphrase_group import ParaphraseGroup
+from polo.methods.info_consistency.paraphrase_group import ParaphraseGroup
 from polo.tasks import build_task
 from polo.tasks.word_problem_paraphrases import SENTENCE_END, sentence_wordings, word_problem_paraphrases
 from polo.train.config import load_recipe

@@ -134,7 +134,7 @@ def test_top_k_shares_one_support_across_variants(policy):
 
 
 def test_entropy_sharpness_comes_from_the_components(policy):
-    from polo.core.regularizers.self_distill import SelfDistill
+    from polo.methods.srpo.self_distill import SelfDistill
 
     got_rollouts = rollouts(policy)
     needs = {"sibling_entropy_weight", "teacher_dist_sibling", "sibling_present"}

@@ -5,7 +5,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from polo.core.advantages.srpo import SRPO_PAPER
+from polo.methods.srpo.advantage import SRPO_PAPER
 from polo.core.batch import RolloutBatch
 from polo.core.distill import generalized_jsd, on_common_support
 from polo.core.losses.base import LossOutput
