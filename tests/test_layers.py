@@ -1,8 +1,9 @@
 """polo's layering, read from the source with ``ast`` (no module is imported).
 
-Imports between polo modules must form no cycle, and must never go from a lower layer to a higher one.
-A module's layer is that of its first package component under polo; modules directly in polo/ that are not
-layers themselves (``polo/__init__.py``) are exempt, and so are their own imports.
+Imports between polo modules must form no cycle, and must never go from a lower layer to a higher one; between
+two packages of one layer (a sideways import) only in a direction that ``SIDEWAYS`` allows. A module's layer is
+that of its first package component under polo; modules directly in polo/ that are not layers themselves
+(``polo/__init__.py``) are exempt, and so are their own imports.
 """
 from __future__ import annotations
 
@@ -14,8 +15,24 @@ import pytest
 
 LAYERS = [("core",), ("policy", "tasks", "envs", "engines", "inputs", "roles", "prompt_samplers", "evaluation", "rollout",
                       "dist"), ("methods",), ("train",), ("arena", "cli", "catalog")]
-"""Lowest first; the packages of one layer may import each other (but not in a cycle)."""
+"""Lowest first; a package imports those of lower layers, and those of its own layer as ``SIDEWAYS`` allows."""
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+SIDEWAYS = {
+    "envs": (),  # text environments: a sandbox they need is passed in by their builder
+    "tasks": ("envs",),  # the environment tasks wrap environments
+    "policy": ("tasks",),  # the vision policy reads the image contract of an Example (polo.tasks.images)
+    "roles": ("policy",),  # roles are models built on the policy's classes
+    "engines": ("policy", "tasks", "envs", "evaluation"),  # engines sample the policy on examples and environments
+    "evaluation": ("engines", "policy", "tasks"),  # evaluation samples with the engines' sampler
+    "inputs": ("engines", "policy", "tasks", "envs"),  # providers read the engines' rollouts
+    "prompt_samplers": ("engines",),  # samplers keep groups of the engines' rollouts
+    "rollout": ("engines", "envs"),  # the gym engine of control
+    "dist": ("engines", "policy", "tasks"),  # workers run engines and rewards
+    "arena": (), "catalog": (),
+    "cli": ("arena", "catalog"),  # the commands run arenas and list the catalog
+}
+"""Per package of a layer of several, the packages of the same layer it may import; any other import between
+two of them is a sideways import (so is one from a package without a row here: give every new package one)."""
 
 
 def module_files(root: Path, package: str) -> dict[str, Path]:
@@ -107,8 +124,9 @@ def layer_of(root: Path, path: Path) -> str | None:
     return parts[0] if len(parts) > 1 else (path.stem if path.stem in RANK else None)
 
 
-def layering_problems(root: Path, package: str) -> list[str]:
-    """Every import cycle, upward import, and subpackage outside ``LAYERS``, as readable lines."""
+def layering_problems(root: Path, package: str, sideways: dict[str, tuple[str, ...]] = SIDEWAYS) -> list[str]:
+    """Every import cycle, upward import, sideways import that ``sideways`` does not allow, and subpackage
+    outside ``LAYERS``, as readable lines."""
     files = module_files(root, package)
     graph = {name: imported_modules(path, name, set(files)) for name, path in files.items()}
     layers = {name: layer_of(root, path) for name, path in files.items()}
@@ -120,6 +138,10 @@ def layering_problems(root: Path, package: str) -> list[str]:
             src, dst = RANK.get(layers[module]), RANK.get(layers[target])
             if src is not None and dst is not None and src < dst:
                 problems.append(f"upward import: {module} ({layers[module]}) imports {target} ({layers[target]})")
+            elif (src is not None and src == dst and layers[module] != layers[target] and len(LAYERS[src]) > 1
+                  and layers[target] not in sideways.get(layers[module], ())):
+                problems.append(f"sideways import: {module} ({layers[module]}) imports {target} ({layers[target]}); "
+                                f"SIDEWAYS lets {layers[module]} import {list(sideways.get(layers[module], ()))}")
     return problems
 
 
@@ -156,10 +178,26 @@ BASE = {"__init__.py": "from fake.train import loop\n",  # the top __init__'s ow
      ["import cycle: fake.catalog <-> fake.train.loop <-> fake.train.step",
       "upward import: fake.train.step (train) imports fake.catalog (catalog)"]),
     ({"utils/__init__.py": ""}, ["package fake.utils is in no layer of LAYERS"]),
+    ({"tasks/__init__.py": "", "tasks/env_task.py": "from fake.envs.grid import Grid\n",  # allowed direction
+      "envs/__init__.py": "", "envs/grid.py": "from fake.core.math import X\n"}, []),
+    ({"tasks/__init__.py": "", "tasks/sandbox.py": "X = 1\n",  # envs -> tasks: the direction not allowed
+      "envs/__init__.py": "", "envs/codefix.py": "from fake.tasks.sandbox import X\n"},
+     ["sideways import: fake.envs.codefix (envs) imports fake.tasks.sandbox (tasks); SIDEWAYS lets envs import []"]),
+    ({"dist/__init__.py": "", "dist/pool.py": "def f():\n    from ..envs import grid\n",  # relative, in a function
+      "envs/__init__.py": "", "envs/grid.py": "X = 1\n"},
+     ["sideways import: fake.dist.pool (dist) imports fake.envs.grid (envs); SIDEWAYS lets dist import "
+      "['engines', 'policy', 'tasks']"]),
 ])
 def test_checker_on_synthetic_packages(tmp_path, extra, expected):
     root = write_package(tmp_path, {**BASE, **extra})
     assert layering_problems(root, "fake") == expected
+
+
+def test_sideways_table_names_only_packages_of_the_same_layer():
+    for package, allowed in SIDEWAYS.items():
+        assert package in RANK and all(RANK[other] == RANK[package] != 0 for other in allowed), package
+    several = {name for names in LAYERS if len(names) > 1 for name in names}
+    assert set(SIDEWAYS) == several, "every package of a layer of several needs a SIDEWAYS row"
 
 
 def test_cycles_finds_every_component_iteratively():

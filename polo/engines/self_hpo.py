@@ -35,7 +35,7 @@ from pydantic import Field, PrivateAttr
 
 from polo.core.population import hard_tasks, strictly_better
 from polo.core.registry import ConfigError, Settings
-from polo.envs import TURN_SEP, make
+from polo.envs import TURN_SEP
 from polo.engines.base import ENGINES, EngineSetup
 from polo.engines.multi_turn import MultiTurn
 from polo.engines.outer_loop import OuterLoopEngine
@@ -120,7 +120,7 @@ class SelfHpo(OuterLoopEngine):
     def make_env(self, setting):
         if not self._turn_knob:
             return self.settings.task.make_env()
-        return make({**self.settings.task.env, "max_turns": setting["max_turns"]})
+        return self.settings.task.make_env(max_turns=setting["max_turns"])
 
     def apply(self, setting, episode, chat):
         window = setting["window"]

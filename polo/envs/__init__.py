@@ -8,8 +8,12 @@ one; ``@register_environment(name)`` adds a plugin's; ``GymTextEnvironment`` wra
     env = make("GuessNum-v0")
     obs = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(env.expert())
+
+polo.envs imports nothing from the rest of the middle layer (polo.tasks, polo.policy, polo.rollout, polo.dist);
+polo.tasks and polo.rollout import it. An environment that runs programs receives its code sandbox from whoever
+builds it (``make(config, sandbox=tester)``, a ``ProgramTester``).
 """
-from polo.envs.base import Environment, StepResult, Transition, obs_hash
+from polo.envs.base import Environment, ProgramTester, StepResult, Transition, obs_hash
 from polo.envs.gym_adapter import GymTextEnvironment
 from polo.envs.registry import ENVIRONMENTS, make, register_environment
 from polo.envs.render import ACTION_SEP, TURN_SEP, render_context
@@ -21,6 +25,7 @@ __all__ = [
     "TURN_SEP",
     "Environment",
     "GymTextEnvironment",
+    "ProgramTester",
     "StepResult",
     "Transcript",
     "Transition",

@@ -7,19 +7,26 @@ action parsed), ``tool_error`` (a well-formed call that found nothing), ``anchor
 action was taken in: the state text that GiGPO-style grouping hashes with ``obs_hash``) and the
 environment's oracles. An episode ends when it is terminated (a terminal state) or truncated (the turn
 limit reached first); stepping it again is an error. ``expert()`` is the scripted policy's action in the
-current state and ``gold`` a training-only oracle (the answer).
+current state and ``gold`` a training-only oracle (the answer). An environment that runs programs
+(``runs_programs``) receives its code sandbox, a ``ProgramTester``, from whoever builds it: polo.envs imports
+nothing from polo.tasks, where the sandbox lives (polo.tasks.environment passes it).
 """
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple
 
 from pydantic import PrivateAttr
 
 from polo.core.registry import Component
 from polo.envs.render import render_context
+
+
+ProgramTester = Callable[[str, Sequence[tuple[tuple[Any, ...], Any]], str], list[bool]]
+"""A code sandbox as an environment receives it: ``tester(source, tests, function)`` runs ``source`` isolated,
+calls ``function(*args)`` for each test ``(args, expected)`` and returns, per test, whether it gave ``expected``."""
 
 
 def obs_hash(anchor_obs: str) -> str:
@@ -67,6 +74,8 @@ class Environment(Component):
     """Text after a context that asks for the final answer (``"a:"``): the answer probe is it + ``gold``."""
     placeholder: ClassVar[str] = "none"
     """The uninformative observation that stands in for a real one in InfoPO's counterfactual context."""
+    runs_programs: ClassVar[bool] = False
+    """Whether the environment runs programs: ``make(config, sandbox=tester)`` then builds it with ``sandbox``."""
 
     _prompt: str | None = PrivateAttr(None)
     _obs: str = PrivateAttr("")

@@ -8,9 +8,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from polo.envs.base import Environment, Transition
+from polo.core.registry import ConfigError
+from polo.envs.base import Environment, ProgramTester, Transition
 from polo.envs.registry import register_environment
-from polo.tasks.sandbox import ProgramTests, SandboxLimits, check_programs
 
 INTENDED = {"add": ("+", "b"), "sub": ("-", "b"), "mul": ("*", "b"), "div": ("//", "b"), "inc": ("+", "1"),
             "dec": ("-", "1"), "dbl": ("*", "2"), "tri": ("*", "3"), "half": ("//", "2"), "third": ("//", "3"),
@@ -77,9 +77,10 @@ class CodeFix(Environment):
     success is every test passing. Reaching all-pass by an edit does not end the episode: edits run no
     tests, so an edit step costs no sandbox run, and submitting is the agent's decision.
 
-    Tests run the repository (plus a ``check(name, a, b)`` dispatcher) in the sandbox
-    (``polo.tasks.sandbox.check_programs``, whose cache runs each distinct source once per process), or with
-    ``runner: python`` in plain Python (the same results, no process; for tests and benchmarks).
+    Tests run the repository (plus a ``check(name, a, b)`` dispatcher) in the code sandbox the environment is
+    built with (``make(config, sandbox=tester)``; the environment task gives polo.tasks.environment's
+    ``sandbox_tester``, whose cache runs each distinct source once per process), or with ``runner: python`` in
+    plain Python (the same results, no process; for tests and benchmarks).
 
     ``info`` per step: ``subdiffs``, the sub-diffs of DiDPO ("Diff-in-Diff Policy Optimization", coding
     agents: a step's diff split into changed line ranges whose recurrence across rollouts forms advantage
@@ -100,6 +101,7 @@ class CodeFix(Environment):
     provenance = "RECONSTRUCTED"
     max_action_chars: ClassVar[int] = 16
     """Four edit commands (three with ``//``)."""
+    runs_programs: ClassVar[bool] = True
 
     n_funcs: int = Field(3, ge=1, le=9)
     """Functions in the repository (one-digit line numbers; at most 9, all distinct catalog names)."""
@@ -109,12 +111,23 @@ class CodeFix(Environment):
     """Steps before the episode is truncated (and scored)."""
     runner: Literal["sandbox", "python"] = "sandbox"
     """Where the hidden tests run: the code sandbox, or plain Python (identical results)."""
-    sandbox: SandboxLimits = Field(default_factory=lambda: SandboxLimits(timeout_s=10.0))
-    """The sandbox's isolation and limits (a generous wall clock: a test run that times out would fail)."""
 
+    _sandbox: ProgramTester | None = PrivateAttr(None)
     _names: list[str] = PrivateAttr(default_factory=list)
     _bodies: list[tuple[str, str]] = PrivateAttr(default_factory=list)
     _gold: str = PrivateAttr("")
+
+    def __init__(self, sandbox: ProgramTester | None = None, **knobs: Any):
+        """``sandbox`` runs the hidden tests with ``runner: sandbox`` (required then; unused with ``python``)."""
+        super().__init__(**knobs)
+        if sandbox is not None and not callable(sandbox):
+            raise ConfigError(f"environment CodeFix-v0: sandbox must be a program tester (a callable given by the "
+                              f"environment's builder, not a knob), got {sandbox!r}")
+        if sandbox is None and self.runner == "sandbox":
+            raise ConfigError("environment CodeFix-v0 runs its hidden tests in a code sandbox (runner: sandbox) but "
+                              "was built without one: build it with make(config, sandbox=tester) (the environment "
+                              "task passes polo.tasks.environment.sandbox_tester) or set runner: python")
+        self._sandbox = sandbox
 
     @model_validator(mode="after")
     def _bugs_fit(self) -> "CodeFix":
@@ -212,7 +225,7 @@ class CodeFix(Environment):
         if self.runner == "python":
             return [PASSES[n, b] for n, b in zip(self._names, self._bodies)]
         tests = tuple(((n, a, b), want) for n in self._names for (a, b), want in zip(TEST_ARGS, expected(n)))
-        flat = check_programs([ProgramTests(self.source + DISPATCH, tests, "check")], self.sandbox, 1)[0]
+        flat = self._sandbox(self.source + DISPATCH, tests, "check")
         k = len(TEST_ARGS)
         return [flat[i * k:(i + 1) * k] for i in range(self.n_funcs)]
 

@@ -8,8 +8,9 @@ tokens: the text LM then reads ``[bos, v_1 … v_N, question, answer]`` with ``N
 The LM is the built-in tiny Llama over the character tokenizer plus one added token, ``<image>`` (appended, so
 the character ids are unchanged). ``load`` reads any local LLaVA-family checkpoint the same way.
 
-Prompts carry their picture in the Example column ``image`` (``encode_image``: uint8 RGB, H×W×3, row-major
-bytes) and the placeholder ``<image>`` in their text, which ``encode_prompts`` expands into the N image tokens.
+Prompts carry their picture in the Example column ``image`` and the placeholder ``<image>`` in their text (the
+contract of polo.tasks.images: ``encode_image``'s uint8 RGB, H×W×3, row-major bytes); ``encode_prompts``
+expands the placeholder into the N image tokens.
 ``prompt_inputs`` turns the columns into ``pixel_values`` ``[B, 3, H, W]`` (scaled to [−1, 1]); the engines
 carry them in the batch's extras and every forward gets them back. The image token is never generated (its
 logit is −inf in sampling and in training forwards), so a response never asks for an image it has not got.
@@ -30,21 +31,10 @@ from polo.policy.policy import Policy
 from polo.policy.prefix import CachedDecoder, distinct_prompts
 from polo.policy.tiny import build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
+from polo.tasks.images import IMAGE_COLUMN, IMAGE_TOKEN
 
 if TYPE_CHECKING:
     from polo.tasks.base import Example
-
-IMAGE_TOKEN = "<image>"
-"""The placeholder a prompt's text carries where its picture goes (LLaVA's)."""
-IMAGE_COLUMN = "image"
-"""The Example column holding the picture (``encode_image``'s bytes)."""
-
-
-def encode_image(pixels: np.ndarray) -> bytes:
-    """An RGB picture ``[H, W, 3]`` of uint8 as an Example column: its row-major bytes (hashable, compact)."""
-    if pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.dtype != np.uint8:
-        raise ValueError(f"encode_image: expected a uint8 array [H, W, 3], got {pixels.dtype} {list(pixels.shape)}")
-    return np.ascontiguousarray(pixels).tobytes()
 
 
 def decode_images(images: Sequence[bytes], size: int) -> Tensor:

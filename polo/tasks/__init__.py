@@ -40,6 +40,11 @@ and reference them from a recipe::
 
 ``score(task, rewards, examples, completions)`` turns completions into the ``[B, K]`` reward tensor.
 See docs/tasks.md for the reward definitions.
+
+Imports between the middle layer's packages: polo.tasks may import polo.envs (the ``environment`` tasks wrap its
+environments, and build the ones that run programs with the code sandbox, polo.tasks.sandbox); it imports
+nothing from polo.policy, polo.rollout or polo.dist (an Example's picture follows polo.tasks.images, which the
+vision policy reads).
 """
 from polo.tasks.base import Example, Task, split_of
 from polo.tasks.plugins import load_plugin

@@ -6,6 +6,9 @@ answer. The train/test split is by seed (``split_of("<env>:<seed>")``), since di
 the same observation. The rewards are the environment's, summed over the episode by the engine: a recipe
 names no reward functions.
 
+An environment that runs programs (CodeFix's hidden tests) is built with the code sandbox, ``sandbox_tester``:
+polo.tasks imports polo.envs and never the other way (polo.envs imports nothing from polo.tasks).
+
 The policy acts in the context ``env.render(history, history_window) + "|"`` and writes one action. The
 supervised warm start imitates ε-noisy scripted-expert episodes (``warm_epsilon``): each step is a
 demonstration (context → the action taken, noisy ones included), so the warm-started policy is itself noisy
@@ -14,6 +17,7 @@ and the G episodes of a task end differently, which group-relative RL needs.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
@@ -22,8 +26,19 @@ from polo.envs import TURN_SEP, Environment, make, noisy_expert, play
 from polo.tasks.base import Example, Split, Task, check_split, split_of
 from polo.tasks.registry import register_task
 from polo.tasks.rewards import RewardSpec
+from polo.tasks.sandbox import ProgramTests, SandboxLimits, check_programs
 
 MAX_SEED = 2**31
+ENV_SANDBOX = SandboxLimits(timeout_s=10.0)
+"""The sandbox's isolation and limits for an environment's programs (a generous wall clock: a test run that times
+out would fail)."""
+
+
+def sandbox_tester(source: str, tests: Sequence[tuple[tuple[Any, ...], Any]], function: str) -> list[bool]:
+    """The ``ProgramTester`` an environment that runs programs gets: per test ``(args, expected)``, whether
+    ``function(*args)`` of ``source`` returned ``expected`` in the code sandbox (``ENV_SANDBOX``), through
+    ``check_programs``' cache, so each distinct program runs once per process."""
+    return check_programs([ProgramTests(source, tuple(tests), function)], ENV_SANDBOX, 1)[0]
 
 
 @register_task("environment")
@@ -43,11 +58,12 @@ class EnvironmentTask(Task):
     @field_validator("env")
     @classmethod
     def _buildable(cls, env: dict[str, Any]) -> dict[str, Any]:
-        make(env)  # unknown names and bad knobs fail at validation, naming the key
+        make(env, sandbox_tester)  # unknown names and bad knobs fail at validation, naming the key
         return env
 
-    def make_env(self) -> Environment:
-        return make(self.env)
+    def make_env(self, **knobs: Any) -> Environment:
+        """A fresh environment of ``env`` (``knobs`` override its own), with the code sandbox if it runs programs."""
+        return make(self.env, sandbox_tester, **knobs)
 
     def context(self, env: Environment, history: list[tuple[str, str]], chat: bool = False) -> str | Example:
         """What the policy reads before its next action: the rendered text, or (``chat``, a checkpoint with a

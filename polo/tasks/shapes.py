@@ -15,10 +15,10 @@ Tasks:
   n_large of them large: a fuller canvas of bigger shapes scores higher) in [0, 1], written with one decimal
   (``"0.7"``, rounded half up); ``correct`` iff the answer reads as the same number (±0.005).
 
-Example contract (read by polo.policy.vision and by the rewards):
+Example contract (read by the vision policy, through polo.tasks.images, and by the rewards):
 
 - ``prompt``: ``"<image>"`` then the question; the vision policy expands the placeholder into its image tokens.
-- ``columns["image"]``: the picture, ``polo.policy.vision.encode_image`` bytes (uint8 RGB ``[H, W, 3]``,
+- ``columns["image"]``: the picture, ``polo.tasks.images.encode_image`` bytes (uint8 RGB ``[H, W, 3]``,
   row-major, H = W = ``image_size``); ``columns["count"]`` (int) and ``columns["colour"]`` (str) for
   ``shape_count``; ``columns["score"]`` (float in [0, 1], the exact value the answer writes) for ``shape_score``;
   both carry ``shapes`` (int, n) and ``large`` (int, n_large).
@@ -38,8 +38,8 @@ import random
 import numpy as np
 from pydantic import Field, model_validator
 
-from polo.policy.vision import IMAGE_COLUMN, IMAGE_TOKEN, encode_image
 from polo.tasks.base import Example, Task
+from polo.tasks.images import IMAGE_COLUMN, IMAGE_TOKEN, encode_image
 from polo.tasks.registry import register_task
 from polo.tasks.think_answer import answer_text, as_number
 

@@ -7,6 +7,7 @@ import pytest
 from polo.core.registry import ConfigError
 from polo.envs import expert_policy, make, noisy_expert, play
 from polo.envs.codefix import BODIES, INTENDED
+from polo.tasks.environment import EnvironmentTask, sandbox_tester
 
 FAST = {"name": "CodeFix-v0", "runner": "python"}
 
@@ -17,7 +18,7 @@ def replace(start, old, new, span):
 
 
 def test_seed0_golden_in_the_sandbox():
-    env = make("CodeFix-v0")
+    env = make("CodeFix-v0", sandbox_tester)
     run = play(env, 0, expert_policy)
     assert (env.prompt, env.gold) == ("1 dbl=a*2/2 sq=a*2/3 add=a*a", "2*a,3+b")
     assert [(c, a, r.observation, r.reward, r.terminated, r.truncated) for c, a, r in run.steps] == [
@@ -65,7 +66,7 @@ def test_rotated_bodies_diff_line_by_line():
 
 
 def test_test_run_tool_reports_failing_functions():
-    env = make("CodeFix-v0")
+    env = make("CodeFix-v0", sandbox_tester)
     env.reset(0)
     out = env.step("t")
     assert out.observation == "1 dbl=a*2/2 sq=a*2/3 add=a*a t:fail 2,3" and out.reward == 0.0
@@ -105,7 +106,7 @@ def test_same_seed_and_actions_give_the_same_transcript():
 
     runs = [play(make(FAST), 7, noisy_expert(0.6, random.Random(3))) for _ in range(2)]
     assert flat(runs[0]) == flat(runs[1]) and len(runs[0].steps) >= 2
-    sandbox = play(make("CodeFix-v0"), 7, noisy_expert(0.6, random.Random(3)))
+    sandbox = play(make("CodeFix-v0", sandbox_tester), 7, noisy_expert(0.6, random.Random(3)))
     assert flat(sandbox) == flat(runs[0])  # the sandbox and plain Python agree
 
 
@@ -116,7 +117,7 @@ def test_sandbox_agrees_with_the_python_oracle_on_every_body():
             action = ",".join(f"{line}{op}{operand}" for line in range(1, 10))
             results = []
             for runner in ("sandbox", "python"):
-                env = make("CodeFix-v0", n_funcs=9, runner=runner)
+                env = make("CodeFix-v0", sandbox_tester, n_funcs=9, runner=runner)
                 env.reset(seed)
                 env.step(action)
                 results.append(env.step("t"))
@@ -168,6 +169,21 @@ def test_config_errors_name_the_value():
         make("CodeFix-v0", n_funcs=10)
     with pytest.raises(ConfigError, match="runner"):
         make("CodeFix-v0", runner="exec")
+
+
+def test_the_sandbox_is_received_from_the_builder():
+    with pytest.raises(ConfigError, match=r"built without one: build it with make\(config, sandbox=tester\)"):
+        make("CodeFix-v0")
+    with pytest.raises(ConfigError, match="sandbox must be a program tester"):
+        make({"name": "CodeFix-v0", "sandbox": {"timeout_s": 5}})
+    calls = []
+    env = make("CodeFix-v0", lambda source, tests, function: calls.append(function) or [True] * len(tests))
+    env.reset(0)
+    assert env.step("t").observation.endswith(" t:pass") and calls == ["check"]
+    assert make(FAST).runner == "python"  # plain Python needs no sandbox
+    task = EnvironmentTask(env={"name": "CodeFix-v0"})
+    assert task.make_env()._sandbox is sandbox_tester and task.make_env(max_turns=2).turn_limit == 2
+    assert make("TextGrid-v0", sandbox_tester).name == "TextGrid-v0"  # an environment that runs no program: unused
 
 
 def test_a_step_takes_under_a_millisecond_without_the_sandbox():

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from polo.policy.tokenizer import build_char_tokenizer
-from polo.policy.vision import VisionPolicy, decode_images, encode_image
+from polo.policy.vision import VisionPolicy, decode_images
 from polo.engines.sampler import sample
 from polo.tasks.base import Example
+from polo.tasks.images import encode_image
 from polo.train.config import Model
 
 
