@@ -24,7 +24,7 @@ SIDEWAYS = {
     "roles": ("policy",),  # roles are models built on the policy's classes
     "engines": ("policy", "tasks", "envs", "evaluation"),  # engines sample the policy on examples and environments
     "evaluation": ("engines", "policy", "tasks"),  # evaluation samples with the engines' sampler
-    "inputs": ("engines", "policy", "tasks", "envs"),  # providers read the engines' rollouts
+    "inputs": ("engines", "policy", "tasks", "envs"),  # providers read the engines' rollouts and their episodes
     "prompt_samplers": ("engines",),  # samplers keep groups of the engines' rollouts
     "rollout": ("engines", "envs"),  # the gym engine of control
     "dist": ("engines", "policy", "tasks"),  # workers run engines and rewards

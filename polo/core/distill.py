@@ -15,15 +15,21 @@ The SRPO/SDPO weight α (``M = (1−α)p + αq``, ``(1−α)KL(p‖M) + αKL(q�
 the KEPO/GKD weight β (``M = (1−β)p_s + βp_t``, ``βKL(p_t‖M) + (1−β)KL(p_s‖M)``) are both this β: the weight
 of the *teacher* in the mixture; 0 is forward KL(teacher ‖ student), 1 reverse KL(student ‖ teacher).
 
+``teacher_ids`` reads a batch's top-k teacher ids (None when the teacher's distributions are whole).
+
 Log-probabilities are clamped at ``LOG_FLOOR`` (probability 0 in float32 and float64), so a token one side
 excludes (−inf) adds exactly 0·log 0 = 0 and no NaN reaches the gradient.
 """
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from polo.core.batch import RolloutBatch
 
 LOG_FLOOR = -1e4
 """Smallest log-probability the math sees: exp(−1e4) is 0 in float32 and float64."""
@@ -75,6 +81,11 @@ def fill_invalid(logp: Tensor, valid: Tensor, vocab: int | None = None) -> Tenso
     0) and rows without a teacher then compute to finite values and gradients, which the caller's mask removes."""
     fill = -math.log(vocab or logp.shape[-1])
     return torch.where(valid.bool()[..., None], logp, torch.full_like(logp, fill))
+
+
+def teacher_ids(batch: RolloutBatch) -> Tensor | None:
+    """The teacher's top-k token ids ``[B,T,k]`` when its distributions are top-k (``roles.teacher.top_k``)."""
+    return batch.extras.get("teacher_dist_ids")
 
 
 def on_common_support(student: Tensor, teachers: list[Tensor], ids: Tensor | None,

@@ -1,4 +1,4 @@
-"""Segment (group) statistics and masked reductions, vectorized with scatter ops."""
+"""Segment (group) statistics, order statistics inside groups and masked reductions, vectorized with scatter ops."""
 from __future__ import annotations
 
 import torch
@@ -57,6 +57,32 @@ def group_stats_where(x: Tensor, group: Tensor, valid: Tensor) -> tuple[Tensor, 
     mean, std, count = group_stats(x[valid], group[valid])
     return (torch.zeros_like(x).masked_scatter(valid, mean), torch.ones_like(x).masked_scatter(valid, std),
             torch.zeros_like(x).masked_scatter(valid, count))
+
+
+def group_rank(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``rank[B]``: position of each sample in its group sorted ascending by ``x``, ties by original index
+    (a stable sort); also the group inverse ids ``inv[B]`` (0..G−1) and each sample's group size ``count[B]``."""
+    _, inv, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    order = torch.sort(x, stable=True).indices
+    order = order[torch.sort(inv[order], stable=True).indices]  # by group, then by x, then by index
+    start = counts.cumsum(0) - counts
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=x.device) - start[inv[order]]
+    return rank, inv, counts[inv]
+
+
+def group_pick(x: Tensor, picked: Tensor, inv: Tensor) -> Tensor:
+    """Per sample, the value of ``x`` at its group's one picked sample (``picked`` bool ``[B]``, one per group)."""
+    return segment_sum(torch.where(picked, x, 0), inv)[inv]
+
+
+def group_reward_spread(reward: Tensor, group: Tensor) -> Tensor:
+    """max − min of the scalar reward within each group, ``[num_groups]``."""
+    _, index = torch.unique(group, return_inverse=True)
+    n = int(index.max()) + 1
+    high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
+    low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
+    return high - low
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:

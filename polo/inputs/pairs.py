@@ -8,10 +8,9 @@ import torch
 from torch import Tensor
 
 from polo.core.registry import ConfigError
-from polo.core.segment import segment_sum
+from polo.core.segment import group_reward_spread, segment_sum
 from polo.engines.base import Rollouts
 from polo.inputs.base import ProviderContext, register_provider
-from polo.prompt_samplers.base import group_reward_spread
 
 
 @register_provider("chosen", "pair_valid")

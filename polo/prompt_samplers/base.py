@@ -12,19 +12,11 @@ import torch
 from pydantic import Field
 
 from polo.core.registry import METHODS, Component, Registry
+from polo.core.segment import group_reward_spread
 from polo.engines.base import Rollouts
 
 PROMPT_SAMPLERS: Registry = Registry("prompt_sampler", ("polo.prompt_samplers", METHODS), default="uniform")
 Generate = Callable[[list, list[int]], Rollouts]
-
-
-def group_reward_spread(reward: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """max − min of the scalar reward within each group, ``[num_groups]``."""
-    _, index = torch.unique(group, return_inverse=True)
-    n = int(index.max()) + 1
-    high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
-    low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
-    return high - low
 
 
 def keep_groups(n: int, next_round: Callable[[int, int], Rollouts | None],

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from polo.core.batch import RolloutBatch
-from polo.prompt_samplers.base import group_reward_spread
+from polo.core.segment import group_reward_spread
 
 
 def present_mask(batch: RolloutBatch) -> torch.Tensor:

@@ -10,7 +10,7 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import trajectory_mean
+from polo.core.advantages.episode_terms import trajectory_mean
 from polo.core.advantages.step_inputs import constant_per, episode_reward, step_input, trajectories
 from polo.core.agent_primitives import group_moments, group_norm
 from polo.core.batch import RolloutBatch

@@ -135,7 +135,7 @@ def pace_advantage(returns: Tensor, cluster: Tensor, action: Tensor, variant: st
 class BiPACE(GiGPO):
     """``A_n = A^E_n + w·A^S_n`` on step rows (one row per turn), broadcast over the row's response tokens.
 
-    ``A^E`` is GiGPO's episode term (``gigpo.episode_advantage``: the row's episode reward minus the mean of
+    ``A^E`` is GiGPO's episode term (``episode_terms.episode_advantage``: the row's episode reward minus the mean of
     its task group, divided by ``std_u + eps`` in ``mean_std_norm``; statistics over step rows or one value per
     trajectory). The step term replaces GiGPO's exact anchor groups:
 

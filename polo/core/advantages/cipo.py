@@ -7,7 +7,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import episode_advantage
+from polo.core.advantages.episode_terms import episode_advantage
 from polo.core.advantages.step_inputs import binary_input, episode_reward, step_input, trajectories
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES

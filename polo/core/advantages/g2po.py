@@ -7,7 +7,7 @@ import torch
 from pydantic import Field
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import episode_advantage
+from polo.core.advantages.episode_terms import episode_advantage
 from polo.core.advantages.step_inputs import episode_reward, step_input
 from polo.core.agent_primitives import discounted_returns, group_moments
 from polo.core.batch import RolloutBatch
@@ -30,7 +30,7 @@ class G2PO(AdvantageEstimator):
     (``instances``). Pooling the group's visits of a state lowers the variance of its value, and the TD error
     credits a step with the progress its transition makes.
 
-    ``A^E`` (weight ``w_ep``, 0 by default) is GiGPO's episode term (``gigpo.episode_advantage`` with
+    ``A^E`` (weight ``w_ep``, 0 by default) is GiGPO's episode term (``episode_terms.episode_advantage`` with
     ``episode_mode``, ``stats_over`` and ``eps``). The engine resolves the end of a trajectory (⊥ after a
     terminal step; after a truncated one the final observation's anchor, or ⊥ when no row of the group acted in
     it); our choices: a ``next_anchor`` that no row of the group acted in still counts as ⊥ here (its value

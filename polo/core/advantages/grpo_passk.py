@@ -5,9 +5,8 @@ import torch
 from torch import Tensor
 
 from polo.core.advantages.base import SequenceAdvantage
-from polo.core.advantages.group_rank import group_pick, group_rank
 from polo.core.registry import ADVANTAGES
-from polo.core.segment import group_stats
+from polo.core.segment import group_pick, group_rank, group_stats
 
 
 @ADVANTAGES.register("grpo_passk")

@@ -7,9 +7,9 @@ import torch
 from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.group_rank import group_pick, group_rank
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
+from polo.core.segment import group_pick, group_rank
 
 
 @ADVANTAGES.register("mc_grpo")

@@ -12,7 +12,7 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import episode_advantage
+from polo.core.advantages.episode_terms import episode_advantage
 from polo.core.advantages.step_inputs import (binary_input, constant_per, episode_reward, step_input, trajectories,
                                              trajectory_length)
 from polo.core.agent_primitives import group_norm

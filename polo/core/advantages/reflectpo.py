@@ -9,7 +9,7 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import trajectory_mean
+from polo.core.advantages.episode_terms import trajectory_mean
 from polo.core.advantages.step_inputs import binary_input, episode_reward, step_input, trajectories
 from polo.core.agent_primitives import check_steps, group_moments
 from polo.core.batch import RolloutBatch

@@ -7,7 +7,7 @@ import torch
 from pydantic import Field
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import trajectory_advantage
+from polo.core.advantages.episode_terms import trajectory_advantage
 from polo.core.advantages.step_inputs import binary_input, episode_reward, step_input, trajectories
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES

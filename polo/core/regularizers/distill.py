@@ -8,7 +8,7 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
-from polo.core.distill import generalized_jsd, on_common_support
+from polo.core.distill import generalized_jsd, on_common_support, teacher_ids
 from polo.core.losses.base import LossOutput
 from polo.core.registry import REGULARIZERS
 from polo.core.regularizers.base import Regularizer
@@ -16,11 +16,6 @@ from polo.core.segment import masked_mean
 
 GKD_PAPER = "On-Policy Distillation of Language Models: Learning from Self-Generated Mistakes (arXiv:2306.13649)"
 KEPO_PAPER = "Knowledge-Enhanced Policy Optimization (arXiv:2602.00400)"
-
-
-def teacher_ids(batch: RolloutBatch) -> Tensor | None:
-    """The teacher's top-k token ids ``[B,T,k]`` when its distributions are top-k (``roles.teacher.top_k``)."""
-    return batch.extras.get("teacher_dist_ids")
 
 
 @REGULARIZERS.register("distill")

@@ -10,11 +10,10 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.batch import RolloutBatch
-from polo.core.distill import on_common_support
+from polo.core.distill import on_common_support, teacher_ids
 from polo.core.losses.base import LossOutput
 from polo.core.registry import REGULARIZERS
 from polo.core.regularizers.base import Regularizer
-from polo.core.regularizers.distill import teacher_ids
 from polo.core.segment import masked_mean
 
 VERPO_PAPER = "VERPO: Verified Evidence Regularized Policy Optimization (arXiv:2609.06100)"

@@ -11,7 +11,7 @@ from pydantic import Field
 from torch import Tensor
 
 from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
-from polo.core.advantages.gigpo import episode_advantage
+from polo.core.advantages.episode_terms import episode_advantage
 from polo.core.advantages.step_inputs import episode_reward, step_input
 from polo.core.agent_primitives import discounted_returns, group_norm
 from polo.core.batch import RolloutBatch

@@ -7,11 +7,10 @@ from torch import Tensor
 
 from polo.methods.srpo.advantage import SRPO_PAPER
 from polo.core.batch import RolloutBatch
-from polo.core.distill import generalized_jsd, on_common_support
+from polo.core.distill import generalized_jsd, on_common_support, teacher_ids
 from polo.core.losses.base import LossOutput
 from polo.core.registry import REGULARIZERS
 from polo.core.regularizers.base import Regularizer
-from polo.core.regularizers.distill import teacher_ids
 from polo.core.segment import masked_mean
 
 

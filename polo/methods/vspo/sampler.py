@@ -7,9 +7,9 @@ import torch
 from pydantic import Field, PrivateAttr
 from torch import Tensor
 
-from polo.core.segment import segment_sum
+from polo.core.segment import group_reward_spread, segment_sum
 from polo.engines.base import Rollouts
-from polo.prompt_samplers.base import PROMPT_SAMPLERS, PromptSampler, group_reward_spread, keep_groups
+from polo.prompt_samplers.base import PROMPT_SAMPLERS, PromptSampler, keep_groups
 
 
 def task_value(pass_rate: Tensor, difficulty_weight: float) -> Tensor:
