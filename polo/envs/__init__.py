@@ -9,9 +9,9 @@ one; ``@register_environment(name)`` adds a plugin's; ``GymTextEnvironment`` wra
     obs = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(env.expert())
 
-polo.envs imports nothing from the rest of the middle layer (polo.tasks, polo.policy, polo.rollout, polo.dist);
-polo.tasks and polo.rollout import it. An environment that runs programs receives its code sandbox from whoever
-builds it (``make(config, sandbox=tester)``, a ``ProgramTester``).
+polo.envs imports no other package of the middle layer (tests/test_layers.py, ``SIDEWAYS``): polo.tasks, the
+engines and the input providers import it. An environment that runs programs receives its code sandbox from
+whoever builds it (``make(config, sandbox=tester)``, a ``ProgramTester``).
 """
 from polo.envs.base import Environment, ProgramTester, StepResult, Transition, obs_hash
 from polo.envs.gym_adapter import GymTextEnvironment

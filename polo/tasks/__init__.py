@@ -41,10 +41,10 @@ and reference them from a recipe::
 ``score(task, rewards, examples, completions)`` turns completions into the ``[B, K]`` reward tensor.
 See docs/tasks.md for the reward definitions.
 
-Imports between the middle layer's packages: polo.tasks may import polo.envs (the ``environment`` tasks wrap its
-environments, and build the ones that run programs with the code sandbox, polo.tasks.sandbox); it imports
-nothing from polo.policy, polo.rollout or polo.dist (an Example's picture follows polo.tasks.images, which the
-vision policy reads).
+Imports inside the middle layer (tests/test_layers.py, ``SIDEWAYS``): polo.tasks imports polo.envs and no other
+package of it (the environment tasks wrap environments and build the ones that run programs with the code
+sandbox, polo.tasks.sandbox); polo.envs imports nothing from polo.tasks. An Example's picture follows
+polo.tasks.images, which the vision policy reads.
 """
 from polo.tasks.base import Example, Task, split_of
 from polo.tasks.plugins import load_plugin
