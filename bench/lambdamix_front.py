@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from polo.evaluation.accuracy import completions
+from polo.engines.accuracy import completions
 from polo.tasks import build_task
 from polo.tasks.rewards import RewardSpec, score
 from polo.train.config import load_recipe

@@ -3,7 +3,7 @@
 For each seed both trainers start from the same folder (polo's warm-started built-in model, default recipe,
 that seed), train on the same prompts (the addition task's 5,000-problem training pool in polo's order for
 that seed) with the same rewards (``correct`` 1.0 + ``digit_match`` 0.5) and are scored by the same code:
-``polo.evaluation.accuracy.accuracy`` (greedy, the seed's 500 test problems) on a polo ``Policy`` built from that
+``polo.engines.accuracy.accuracy`` (greedy, the seed's 500 test problems) on a polo ``Policy`` built from that
 folder into which the trainer's current weights are loaded. Evaluations come every ``EVAL_PROMPTS`` training
 prompts; the clock is training only (evaluation excluded on both sides) until the first evaluation at or
 above warm start + 0.15.
@@ -38,7 +38,7 @@ import torch  # noqa: E402  (common sets the offline and thread environment firs
 from polo.policy.policy import Policy  # noqa: E402
 from polo.tasks import build_task  # noqa: E402
 from polo.train.config import load_recipe  # noqa: E402
-from polo.evaluation.accuracy import accuracy  # noqa: E402
+from polo.engines.accuracy import accuracy  # noqa: E402
 from polo.train.trainer import Trainer, max_new_tokens  # noqa: E402
 from polo.train.warm_start import ensure_warm_start  # noqa: E402
 

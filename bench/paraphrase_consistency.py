@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from polo.evaluation.accuracy import completions
+from polo.engines.accuracy import completions
 from polo.methods.info_consistency.word_entropy import word_entropy
 from polo.tasks import build_task
 from polo.tasks.traced import final_answer

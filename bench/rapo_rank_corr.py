@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from polo.policy.kinds import policy_class
-from polo.evaluation.accuracy import completions
+from polo.engines.accuracy import completions
 from polo.tasks import build_task
 from polo.tasks.think_answer import answer_text, as_number
 from polo.train.config import load_recipe

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from polo.evaluation.accuracy import completions
+from polo.engines.accuracy import completions
 from polo.tasks import build_task
 from polo.tasks.slate_rank import SlateRank, f1, ndcg, recall
 from polo.train.config import load_recipe

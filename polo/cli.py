@@ -152,7 +152,7 @@ def _report(rows: list[dict], run_dir: Path) -> int:
 def cmd_sft(args) -> int:
     from polo.tasks import build_task
     from polo.train.config import load_recipe
-    from polo.evaluation.accuracy import accuracy
+    from polo.engines.accuracy import accuracy
     from polo.train.trainer import load_policy, max_new_tokens, set_threads
 
     recipe = load_recipe(args.recipe, args.overrides)
@@ -208,7 +208,7 @@ def cmd_eval(args) -> int:
     from polo.core.registry import ConfigError
     from polo.tasks import build_task
     from polo.train.config import load_recipe
-    from polo.evaluation.accuracy import accuracy
+    from polo.engines.accuracy import accuracy
     from polo.train.export import checkpoint_policy
     from polo.train.trainer import max_new_tokens, set_threads
 
@@ -260,7 +260,7 @@ def _show_completions(policy, task, examples, max_new: int) -> None:
     """A table (on stderr, beside the log) of ``examples`` with their greedy completions and verdicts."""
     from rich.markup import escape
 
-    from polo.evaluation.accuracy import completions
+    from polo.engines.accuracy import completions
     from polo.train.samples import render_table
 
     rows = [{"prompt": e.prompt, "greedy completion": text, "answer": e.answer, "correct": task.is_correct(text, e)}

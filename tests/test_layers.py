@@ -22,7 +22,7 @@ SIDEWAYS = {
     "tasks": ("envs",),  # the environment tasks wrap environments
     "policy": ("tasks",),  # the vision policy reads the image contract of an Example (polo.tasks.images)
     "roles": ("policy",),  # roles are models built on the policy's classes
-    "engines": ("policy", "tasks", "envs", "evaluation"),  # engines sample the policy on examples and environments
+    "engines": ("policy", "tasks", "envs"),  # engines sample the policy on examples and environments
     "evaluation": ("engines", "policy", "tasks"),  # evaluation samples with the engines' sampler
     "inputs": ("engines", "policy", "tasks", "envs"),  # providers read the engines' rollouts and their episodes
     "prompt_samplers": ("engines",),  # samplers keep groups of the engines' rollouts

@@ -18,7 +18,7 @@ from pydantic import PrivateAttr
 
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.registry import METHODS, Component, ConfigError, Registry
-from polo.evaluation.accuracy import accuracy
+from polo.engines.accuracy import accuracy
 from polo.engines.sampler import SampleOutput, sample
 from polo.engines.vllm_generator import VLLMGenerator, VLLMSettings
 from polo.tasks.base import Example, Task

@@ -1,2 +1,2 @@
-"""Evaluation of a policy on held-out prompts: accuracy (greedy and sampled) and GRUE's task score, naturalness and
-diversity."""
+"""GRUE's evaluation of a policy on held-out prompts: task score, naturalness and diversity (held-out accuracy, which
+every engine reports, is polo/engines/accuracy.py)."""

@@ -26,7 +26,7 @@ import torch
 from polo.core.diversity import UNITS, Unit, diversity, metric_names
 from polo.core.registry import ConfigError
 from polo.policy.policy import Policy
-from polo.evaluation.accuracy import completions
+from polo.engines.accuracy import completions
 from polo.engines.sampler import sample
 from polo.tasks.base import Example, Task
 from polo.tasks.rewards import RewardSpec, score_batch
@@ -55,7 +55,7 @@ class Generations:
 
 
 def generate(policy: Policy, examples: list[Example], max_new_tokens: int, **sampling) -> Generations:
-    """``polo.evaluation.accuracy.completions`` of ``examples`` (``sampling``: its keywords), with their token ids."""
+    """``polo.engines.accuracy.completions`` of ``examples`` (``sampling``: its keywords), with their token ids."""
     outputs = []
 
     def recorded(*args, **kwargs):

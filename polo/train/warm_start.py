@@ -92,7 +92,7 @@ def verify_entry(folder: Path) -> str | None:
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
     """Supervised training on demonstrations (the policy kind's ``demonstration_loss``: for a causal LM the
     cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
-    from polo.evaluation.accuracy import accuracy
+    from polo.engines.accuracy import accuracy
 
     warm = recipe.warm_start
     examples = task.warm_start_examples(warm.examples + warm.check_size, seed=recipe.seed)
