@@ -2,6 +2,7 @@
 advantages and the per-component extras)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -117,6 +118,34 @@ class RolloutBatch:
         column = self.rewards[:, k]
         present = self.extras.get("reward_present")
         return column if present is None else torch.where(present[:, k].bool(), column, torch.nan)
+
+    def add_reward(self, name: str, values: Tensor, weight: float, max_value: float = math.inf,
+                   present: Tensor | None = None) -> None:
+        """Append reward component ``name``: ``values`` ``[B]`` becomes the last column of ``rewards`` (in its
+        dtype and device), weighted by ``weight`` in ``scalar_reward`` and bounded by ``max_value``
+        (``reward_max``; inf: unbounded). When the batch records which rows each component scored
+        (``extras["reward_present"]``), ``present`` ``[B]`` bool (default: every row) is its new column.
+
+        Values are stored as given, a NaN included: a term that cannot score a row writes 0 there and says so in
+        ``present``, as the engine's reward scores do. A ValueError names the component for ``values`` or
+        ``present`` of another length than B, or a name the batch already has.
+        """
+        B = self.batch_size
+        if name in self.reward_names:
+            raise ValueError(f"RolloutBatch.add_reward: the batch already has a reward component {name!r} "
+                             f"(its components: {', '.join(self.reward_names)})")
+        for what, tensor in (("values", values), ("present", present)):
+            if tensor is not None and tuple(tensor.shape) != (B,):
+                raise ValueError(f"RolloutBatch.add_reward({name!r}): {what} has shape {list(tensor.shape)}, "
+                                 f"expected [B] = [{B}]")
+        self.rewards = torch.cat([self.rewards, values.to(self.rewards)[:, None]], 1)
+        self.reward_names = (*self.reward_names, name)
+        self.reward_weights = torch.cat([self.reward_weights, torch.tensor([weight])])
+        self.reward_max = torch.cat([self.reward_max, torch.tensor([max_value])])
+        if "reward_present" in self.extras:
+            scored = self.extras["reward_present"]
+            rows = torch.ones(B, dtype=torch.bool) if present is None else present
+            self.extras["reward_present"] = torch.cat([scored, rows.to(scored)[:, None]], 1)
 
     def select(self, index: Tensor) -> "RolloutBatch":
         """Rows ``index`` of every per-sample tensor (``index`` is a bool mask or long indices)."""

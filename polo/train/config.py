@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
-                                REGULARIZERS, SHAPING, ConfigError, Registry, Settings)
+from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOSSES, ConfigError, Settings
 from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
-from polo.roles.base import ROLES
 from polo.policy.kinds import KINDS
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.vision_settings import VisionTowerConfig
@@ -33,7 +31,7 @@ from polo.tasks.registry import normalize_task_config
 from polo.tasks.rewards import RewardSpec
 from polo.train.backends import check_backends
 from polo.train.files import write_text_atomic
-from polo.train.inputs import plan_inputs
+from polo.train.run import STAGES, Run, build_run
 from polo.train.yaml_files import load_yaml, read_yaml_mapping
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -287,6 +285,7 @@ class Recipe(Settings):
     plugins: list[str] = []
     """Python files the run's components come from, recorded absolute (``polo --plugin`` adds its files);
     ``polo eval`` and ``--resume`` refuse to start until they are loaded again with ``--plugin``, naming them."""
+    _run: Run | None = PrivateAttr(None)
 
     @field_validator("task")
     @classmethod
@@ -300,96 +299,25 @@ class Recipe(Settings):
 
     @model_validator(mode="after")
     def _components_fit(self) -> "Recipe":
-        components = build_components(self)
-        kinds = components["engine"].policy_kinds
-        if self.model.kind not in kinds:
-            raise ConfigError(f"engine {components['engine'].registry_name!r} rolls out {' or '.join(sorted(kinds))} "
-                              f"policies, but model.kind={self.model.kind!r}: choose an engine for that kind")
-        plan_inputs(self, components)
-        check_whole_groups(self, components)
-        check_kl_target(self, components)
-        check_group_size(self, components)
-        for name in self.roles:
-            build_role(self, name)
-        if self.train.async_staleness and not getattr(components.get("credit"), "corrects_stale_samples", False):
-            raise ConfigError(f"train.async_staleness={self.train.async_staleness} trains on samples of older "
-                              f"policies: add credit: {{name: rollout_is}} (it recomputes the behaviour log-probs "
-                              f"with the current policy and weights each token by the truncated ratio)")
-        if self.dist.learners > 1 and self.dist.backend == "ray":
-            raise ConfigError(f"dist.learners={self.dist.learners} data-parallel ranks each generate their share of "
-                              f"the prompts; Ray rollout workers (dist.backend: ray) would start on every rank: "
-                              f"use dist.backend: local")
-        if self.dist.backend == "ray" and components["engine"].roles():
-            raise ConfigError(f"dist.backend: ray runs the engine on rollout workers, which hold the policy only; engine "
-                              f"{components['engine'].registry_name!r} also needs the model roles "
-                              f"{sorted(components['engine'].roles())}: use dist.backend: local")
-        for component in components.values():
-            component.check_with(components)
-        for i, spec in enumerate(self.rewards or []):
-            try:
-                RewardSpec.of(spec)
-            except ConfigError as err:
-                raise ConfigError(f"rewards[{i}]: {err}") from None
+        self._run = build_run(self)
         return self
 
+    def built(self) -> Run:
+        """The run built when this recipe was validated (``build_run``); built anew for a copy of the recipe
+        (``model_copy``) and once a trainer has taken it."""
+        if self._run is None or self._run.recipe is not self:
+            self._run = build_run(self)
+        return self._run
 
-STAGES: dict[str, Registry] = {
-    "engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "advantage": ADVANTAGES, "credit": CREDIT,
-    "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS, "optimizer_hook": OPTIMIZER_HOOKS,
-}
-"""Recipe keys that name one registered component each (``credit`` and ``optimizer_hook`` are optional)."""
+    def take_run(self) -> Run:
+        """``built()``, handed to one trainer: its components and roles then carry that run's state, so the next
+        caller gets a fresh build."""
+        run = self.built()
+        self._run = None
+        return run
+
+
 COMPONENT_KEYS = (*STAGES, "roles")
-
-
-def build_components(recipe: Recipe) -> dict[str, Any]:
-    """Instantiate every registered component the recipe names (raises ConfigError on a bad one): one per
-    stage, ``shaping.i`` per shaping term, ``regularizer.i`` per regularizer and ``kl`` (the divergence of the KL
-    loss term)."""
-    built = {key: registry.build(getattr(recipe, key), key) for key, registry in STAGES.items()
-             if getattr(recipe, key) is not None}
-    built["kl"] = DIVERGENCES.build({"name": recipe.kl.name}, "kl.name")
-    for i, spec in enumerate(recipe.shaping):
-        built[f"shaping.{i}"] = SHAPING.build(spec, f"shaping[{i}]")
-    for i, spec in enumerate(recipe.regularizers):
-        built[f"regularizer.{i}"] = REGULARIZERS.build(spec, f"regularizers[{i}]")
-    return built
-
-
-def build_role(recipe: Recipe, name: str):
-    """The role ``name`` with the recipe's settings for it (``roles.NAME``), defaults otherwise."""
-    settings = recipe.roles.get(name) or {}
-    if not isinstance(settings, dict):
-        raise ConfigError(f"roles.{name}: expected a mapping of settings, got {settings!r}")
-    return ROLES.build({"name": name, **settings}, f"roles.{name}")
-
-
-def check_whole_groups(recipe: Recipe, components: dict[str, Any]) -> None:
-    """Refuse a micro-batch size that would split the groups a component needs whole."""
-    size, G = recipe.train.micro_batch_size, recipe.rollout.samples_per_prompt
-    whole = sorted(f"{key} {c.registry_name}" for key, c in components.items() if c.whole_groups)
-    if whole and size is not None and size % G:
-        raise ConfigError(f"train.micro_batch_size={size} would split groups of rollout.samples_per_prompt={G}, "
-                          f"and {', '.join(whole)} needs whole groups in every micro-batch: use a multiple of {G} "
-                          f"or leave train.micro_batch_size unset")
-
-
-def check_group_size(recipe: Recipe, components: dict[str, Any]) -> None:
-    """Refuse ``rollout.samples_per_prompt`` other than the group size a component is defined for."""
-    G = recipe.rollout.samples_per_prompt
-    for key, component in components.items():
-        if component.group_size is not None and component.group_size != G:
-            raise ConfigError(f"{key} {component.registry_name} needs exactly {component.group_size} rollouts per "
-                              f"prompt; rollout.samples_per_prompt is {G}")
-
-
-def check_kl_target(recipe: Recipe, components: dict[str, Any]) -> None:
-    """Refuse ``kl.target`` when no KL coefficient is in use for the controller to move."""
-    advantage = components["advantage"]
-    reward_coef = getattr(advantage, "kl_coef", 0.0) if advantage.kl_in_reward else 0.0
-    if recipe.kl.target is not None and recipe.kl.coef == 0 and reward_coef == 0:
-        raise ConfigError(f"kl.target={recipe.kl.target} adapts a KL coefficient, but kl.coef is 0 and advantage "
-                          f"{advantage.registry_name} puts no KL in the reward: set kl.coef > 0 (or the "
-                          f"advantage's kl_coef) or drop kl.target")
 
 
 def _set_path(tree: dict, dotted: str, value: Any) -> None:
@@ -494,21 +422,7 @@ def require_recipe_plugins(tree: dict[str, Any], where: str) -> None:
 def resolved_tree(recipe: Recipe) -> dict[str, Any]:
     """The recipe as a plain tree with every component's and every configured role's full settings, defaults
     filled in (what a run's config.yaml holds)."""
-    tree = recipe.model_dump(mode="json")
-    components = build_components(recipe)
-    for key, component in components.items():
-        full = {"name": component.registry_name, **component.model_dump(mode="json")}
-        if key == "kl":
-            tree["kl"].update(full)
-        elif key.startswith("shaping."):
-            tree["shaping"][int(key.split(".")[1])] = full
-        elif key.startswith("regularizer."):
-            tree["regularizers"][int(key.split(".")[1])] = full
-        else:
-            tree[key] = full
-    used = set(plan_inputs(recipe, components).roles) | set(recipe.roles)
-    tree["roles"] = {name: build_role(recipe, name).model_dump(mode="json") for name in sorted(used)}
-    return tree
+    return recipe.built().tree()
 
 
 def dump_recipe(recipe: Recipe) -> str:

@@ -25,8 +25,9 @@ from polo.policy.policy import Policy
 from polo.policy.kinds import policy_class
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
-from polo.train.config import Recipe, build_role, load_recipe
+from polo.train.config import Recipe, load_recipe
 from polo.train.files import check_replaceable_dir, install_dir, temporary_dir
+from polo.train.run import build_role
 
 if TYPE_CHECKING:
     from polo.train.trainer import Trainer

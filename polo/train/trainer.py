@@ -39,16 +39,17 @@ from polo.train.builtin_callbacks import builtin_callbacks
 from polo.train.callbacks import Callback
 from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
                                    save_checkpoint)
-from polo.train.config import (Recipe, build_components, build_role, config_changes, default_run_dir, load_recipe,
-                               load_run_config, resolved_tree, save_config, with_rewards)
+from polo.train.config import (Recipe, config_changes, default_run_dir, load_recipe, load_run_config, save_config,
+                               with_rewards)
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
-from polo.train.inputs import plan_inputs, provide_inputs
+from polo.train.inputs import provide_inputs
 from polo.train.kl_control import KlCoefficients
 from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog
 from polo.train.plots import plot_run
 from polo.train.reward_probe import probe_rewards
+from polo.train.run import Run
 from polo.train.run_warnings import chat_template_warning, data_warnings
 from polo.train.scale_out import start_rollout_workers
 from polo.train.schedule import lr_multiplier
@@ -111,6 +112,62 @@ def max_new_tokens(recipe: Recipe, task) -> int:
     return recipe.rollout.max_new_tokens or task.max_completion_chars + 1
 
 
+def seed_run(recipe: Recipe) -> None:
+    """torch's CPU threads, then torch's and Python's global RNGs seeded with ``seed``."""
+    set_threads(recipe)
+    torch.manual_seed(recipe.seed)
+    random.seed(recipe.seed)
+
+
+def build_models(run: Run, policy: Policy, resources: RoleResources) -> tuple[Policy, dict[str, torch.nn.Module]]:
+    """Each planned role bound to the run's ``resources`` and built, in plan order; then the policy wrapped by
+    every role that wraps it. Returns the (wrapped) policy and the role models by name."""
+    roles = run.trained_roles
+    for role in roles.values():
+        role.bind(resources)
+    models = {name: role.build(policy) for name, role in roles.items()}
+    for name, role in roles.items():
+        policy = role.wrap(policy, models[name])
+    return policy, models
+
+
+def build_optimizer(policy: Policy, recipe: Recipe) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over the policy's trainable parameters (fused when they all live on cpu or cuda) and its learning-rate
+    schedule over ``train.steps``."""
+    o = recipe.optim
+    params = [p for p in policy.parameters() if p.requires_grad]
+    fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(o, recipe.train.steps))
+
+
+def update_settings(recipe: Recipe, run: Run, max_new: int) -> UpdateSettings:
+    """The updater's settings: the loop's epochs and micro-batching, clip, temperature, length cap and whether a
+    component needs whole groups."""
+    t = recipe.train
+    return UpdateSettings(t.epochs, t.minibatches, t.micro_batch_size, recipe.optim.grad_clip,
+                          recipe.rollout.temperature, max_new, t.skip_zero_advantage_rows,
+                          any(c.whole_groups for c in run.components.values()), t.micro_batch_tokens)
+
+
+def loss_terms(recipe: Recipe, run: Run) -> LossTerms:
+    """The policy's loss terms of ``run``."""
+    return LossTerms(run.policy_loss, run.aggregation, run.kl, recipe.entropy_coef, run.regularizers)
+
+
+def kl_coefficients(recipe: Recipe, advantage) -> KlCoefficients:
+    """The run's KL coefficients at the start: the loss term's ``kl.coef`` and the advantage's KL-in-reward
+    ``kl_coef`` (0 when it puts none in the reward), with the adaptive controller's settings."""
+    in_reward = advantage.kl_coef if advantage.kl_in_reward else 0.0
+    r = recipe.rollout
+    return KlCoefficients(recipe.kl.coef, in_reward, recipe.kl.target, recipe.kl.horizon,
+                          r.prompts_per_step * r.samples_per_prompt)
+
+
+def silent(message: str) -> None:
+    """A log that writes nothing (data-parallel ranks other than 0)."""
+
+
 class Trainer:
     """One training run of ``recipe`` in ``run_dir``; ``callbacks`` (``polo.train.callbacks.Callback``) run at
     fixed points of every step after the built-in ones the recipe asks for."""
@@ -124,85 +181,83 @@ class Trainer:
             recipe = with_rewards(recipe, rewards)
         self.data_parallel = DataParallel.from_environment(recipe.dist.learner_backend)
         main = self.data_parallel.is_main  # only rank 0 logs, runs the callbacks and writes the run folder
-        log = log if main else (lambda message: None)
-        run_dir = self.data_parallel.same(str(run_dir or default_run_dir(recipe)))
-        self.recipe, self.run_dir, self.log = recipe, Path(run_dir), log
+        self.recipe, self.log = recipe, log if main else silent
+        self.run_dir = Path(self.data_parallel.same(str(run_dir or default_run_dir(recipe))))
         self.callbacks = [*builtin_callbacks(recipe), *callbacks] if main else []
-        set_threads(recipe)
-        torch.manual_seed(recipe.seed)
-        random.seed(recipe.seed)
-        self.task = build_task(recipe.task)
-        specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
-        self.reward_specs = [RewardSpec.of(s) for s in specs]
-        pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
-        self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
-        # every reward scores two demonstrations: an unknown or broken one fails before anything is trained
-        probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
-        for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None,
-                                     key=self.task.problem_key):
-            log(message)
+        seed_run(recipe)
+        pool = self.load_data()
         policy = self.data_parallel.rank0_first(  # rank 0 builds the warm start, the others then load it
-            partial(load_policy, recipe, self.task, pool + self.eval_examples, log))
+            partial(load_policy, recipe, self.task, pool + self.eval_examples, self.log))
         self.data_parallel.sync_random_state()
         self.data_parallel.check_device(policy.device)
-        self.config_tree = resolved_tree(recipe)  # every setting filled in: config.yaml, each checkpoint, resume check
-        self.components = c = build_components(recipe)
-        self.engine, self.advantage = c["engine"], c["advantage"]
-        self.data_parallel.check(c, recipe.dist.backend)
-        self.plan = plan_inputs(recipe, c)
-        self.roles = {name: build_role(recipe, name) for name in self.plan.roles}
-        for role in self.roles.values():
-            role.bind(RoleResources(warm_start=partial(warm_start_with, recipe, self.task, log),
-                                    temperature=recipe.rollout.temperature))
-        self.models = {name: role.build(policy) for name, role in self.roles.items()}
-        for name, role in self.roles.items():
-            policy = role.wrap(policy, self.models[name])
-        self.policy = policy
-        self.data_parallel.broadcast_weights([policy, *self.models.values()])
-        r, o = recipe.rollout, recipe.optim
+        self.built = run = recipe.take_run()  # every component, role and the input plan
+        self.config_tree = run.tree()  # every setting filled in: config.yaml, each checkpoint, resume check
+        self.components, self.engine, self.roles = run.components, run.engine, run.trained_roles
+        self.data_parallel.check(self.components, recipe.dist.backend)
+        resources = RoleResources(warm_start=partial(warm_start_with, recipe, self.task, self.log),
+                                  temperature=recipe.rollout.temperature)
+        self.policy, self.models = build_models(run, policy, resources)
+        self.data_parallel.broadcast_weights([self.policy, *self.models.values()])
         self.max_new_tokens = max_new_tokens(recipe, self.task)
         self.reward_context = RewardContext(TrainerState(max_steps=recipe.train.steps))
-        self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
-                                      r.temperature, r.top_p, r.top_k, self.reward_context, self.models))
-        self.workers = (start_rollout_workers(recipe, self.policy, self.reward_specs, self.max_new_tokens)
-                        if recipe.dist.backend == "ray" else None)
-        if self.workers is not None:  # the learner's own rollouts (before_training, providers) score there too
-            self.engine.settings.scorer = self.workers.scorer
-        self.async_rollouts, self.stopped = None, False
-        if recipe.train.async_staleness:
-            if self.data_parallel.world > 1:
-                raise ConfigError(f"train.async_staleness={recipe.train.async_staleness} with a data-parallel learner "
-                                  f"(WORLD_SIZE={self.data_parallel.world}): the rollout thread's collectives would "
-                                  f"interleave with the update's; use one learner (and Ray rollout workers)")
-            self.async_rollouts = AsyncRollouts(self.policy, recipe.train.async_staleness, self.produce,
-                                                self.inputs_state)
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel for all parameters
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay, fused=fused)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_multiplier(o, recipe.train.steps))
+        self.workers = self.start_engine()
+        self.async_rollouts, self.stopped = self.start_async(), False
+        self.optimizer, self.scheduler = build_optimizer(self.policy, recipe)
         self.critics = Critics([(n, role, self.models[n]) for n, role in self.roles.items() if role.trainable],
-                               o.grad_clip)
-        in_reward = self.advantage.kl_coef if self.advantage.kl_in_reward else 0.0
-        self.kl = KlCoefficients(recipe.kl.coef, in_reward, recipe.kl.target, recipe.kl.horizon,
-                                 r.prompts_per_step * r.samples_per_prompt)
+                               recipe.optim.grad_clip)
+        self.kl = kl_coefficients(recipe, run.advantage)
         self.stream = PromptStream(pool, seed=recipe.seed)
         self.sample_generator = torch.Generator().manual_seed(recipe.seed + 1)
         self.shuffle_generator = torch.Generator().manual_seed(recipe.seed + 2)
-        self.inputs = ProviderContext(self.policy, self.models, self.engine, self.task, c, self.plan.needs,
-                                      r.temperature, self.sample_generator)
-        t = recipe.train
-        settings = UpdateSettings(t.epochs, t.minibatches, t.micro_batch_size, o.grad_clip, r.temperature,
-                                  self.max_new_tokens, t.skip_zero_advantage_rows,
-                                  any(comp.whole_groups for comp in c.values()), t.micro_batch_tokens)
-        terms = LossTerms(c["policy_loss"], c["aggregation"], c["kl"], recipe.entropy_coef,
-                          [comp for key, comp in c.items() if key.startswith("regularizer.")])
-        self.updater = Updater(self.policy, self.optimizer, terms, self.critics, settings, self.shuffle_generator,
-                               c.get("optimizer_hook"), self.data_parallel)
+        self.inputs = ProviderContext(self.policy, self.models, self.engine, self.task, self.components,
+                                      run.plan.needs, recipe.rollout.temperature, self.sample_generator)
+        self.updater = Updater(self.policy, self.optimizer, loss_terms(recipe, run), self.critics,
+                               update_settings(recipe, run, self.max_new_tokens), self.shuffle_generator,
+                               run.optimizer_hook, self.data_parallel)
         self.replay: list = []
         self.nonfinite_skips = 0
         self.step_count = 0
         self.elapsed = 0.0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl") if main else NoMetrics()
+
+    def load_data(self) -> list[Example]:
+        """The task, its reward components and held-out examples; returns the training pool. Every reward scores
+        two demonstrations first, so an unknown or broken one fails before anything is trained."""
+        recipe = self.recipe
+        self.task = build_task(recipe.task)
+        specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
+        self.reward_specs = [RewardSpec.of(s) for s in specs]
+        pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
+        self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
+        probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)
+        for message in data_warnings(pool, self.eval_examples, builtin_tokenizer=recipe.model.path is None,
+                                     key=self.task.problem_key):
+            self.log(message)
+        return pool
+
+    def start_engine(self):
+        """Set the engine up with the task, rewards, sampling settings and role models; start the Ray rollout
+        workers under ``dist.backend: ray`` (returned; None otherwise), which then score the learner's own
+        rollouts too (``before_training``, providers)."""
+        r = self.recipe.rollout
+        self.engine.setup(EngineSetup(self.task, self.reward_specs, r.samples_per_prompt, self.max_new_tokens,
+                                      r.temperature, r.top_p, r.top_k, self.reward_context, self.models))
+        if self.recipe.dist.backend != "ray":
+            return None
+        workers = start_rollout_workers(self.recipe, self.policy, self.reward_specs, self.max_new_tokens)
+        self.engine.settings.scorer = workers.scorer
+        return workers
+
+    def start_async(self) -> AsyncRollouts | None:
+        """The rollout thread of asynchronous RL (``train.async_staleness``); None when synchronous."""
+        staleness = self.recipe.train.async_staleness
+        if not staleness:
+            return None
+        if self.data_parallel.world > 1:
+            raise ConfigError(f"train.async_staleness={staleness} with a data-parallel learner "
+                              f"(WORLD_SIZE={self.data_parallel.world}): the rollout thread's collectives would "
+                              f"interleave with the update's; use one learner (and Ray rollout workers)")
+        return AsyncRollouts(self.policy, staleness, self.produce, self.inputs_state)
 
     # ----------------------------------------------------------------- state
     def state(self) -> tuple[dict, dict]:
@@ -294,7 +349,7 @@ class Trainer:
         if policy is not self.policy:
             self.push_weights(policy, version)
         self.reward_context.state.global_step = step - 1  # the rewards' trainer_state
-        return self.components["prompt_sampler"].collect(self.stream, partial(self.generate, policy=policy),
+        return self.built.prompt_sampler.collect(self.stream, partial(self.generate, policy=policy),
                                                          self.recipe.rollout.prompts_per_step,
                                                          self.sample_generator, self.components)
 
@@ -302,7 +357,7 @@ class Trainer:
         """What producing a batch reads and advances: the prompt stream, the sampling generator, the prompt
         sampler's state (copies)."""
         return copy.deepcopy({"stream": self.stream.state_dict(), "sample_generator": self.sample_generator.get_state(),
-                              "prompt_sampler": self.components["prompt_sampler"].state_dict()})
+                              "prompt_sampler": self.built.prompt_sampler.state_dict()})
 
     def step(self) -> dict[str, float]:
         r, c = self.recipe, self.components
@@ -321,19 +376,20 @@ class Trainer:
         self.shape(batch, after_inputs=False)
         if r.rollout.mask_truncated:
             batch.response_mask = batch.response_mask * ~batch.truncated[:, None]
-        provide_inputs(self.inputs, got, self.plan)
+        provide_inputs(self.inputs, got, self.built.plan)
         self.shape(batch, after_inputs=True)  # shaping terms that read an input (a judge's score)
         row.update(self.inputs.metrics)
         self.inputs.metrics.clear()
         timings["inputs"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        result = self.advantage(batch, kl_coef=self.kl.reward) if self.advantage.kl_in_reward else self.advantage(batch)
+        advantage, credit = self.built.advantage, self.built.credit
+        result = advantage(batch, kl_coef=self.kl.reward) if advantage.kl_in_reward else advantage(batch)
         batch.advantages, batch.returns = result.advantages, result.returns
-        if "credit" in c:
-            weights = c["credit"](batch)
+        if credit is not None:
+            weights = credit(batch)
             batch.advantages = batch.advantages * weights
-            row.update(c["credit"].diagnostics(batch, weights))
+            row.update(credit.diagnostics(batch, weights))
         row.update(rollout_metrics(batch, got.correct))
         row.update(advantage_diagnostics(batch))
         row.update(result.diagnostics)
@@ -375,20 +431,12 @@ class Trainer:
         return row
 
     def shape(self, batch, after_inputs: bool) -> None:
-        """Append each shaping term's reward column: the terms that read no input before the inputs are provided
+        """Add each shaping term's reward column: the terms that read no input before the inputs are provided
         (they see the rollout's own response mask), those that read one after."""
-        for name, shaping in self.components.items():
-            if not name.startswith("shaping.") or bool(shaping.needs()) != after_inputs:
-                continue
-            extra = shaping(batch, self.max_new_tokens).to(batch.rewards)
-            batch.rewards = torch.cat([batch.rewards, extra[:, None]], 1)
-            batch.reward_names = (*batch.reward_names, shaping.registry_name)
-            batch.reward_weights = torch.cat([batch.reward_weights, torch.tensor([shaping.weight])])
-            batch.reward_max = torch.cat([batch.reward_max, torch.tensor([shaping.max_value])])
-            if "reward_present" in batch.extras:
-                present = batch.extras["reward_present"]
-                scored_rows = shaping.present(batch).to(present)[:, None]
-                batch.extras["reward_present"] = torch.cat([present, scored_rows], 1)
+        for shaping in self.built.shaping:
+            if bool(shaping.needs()) == after_inputs:
+                batch.add_reward(shaping.registry_name, shaping(batch, self.max_new_tokens), shaping.weight,
+                                 shaping.max_value, shaping.present(batch))
 
     @torch.no_grad()
     def policy_logp(self, batch) -> torch.Tensor:

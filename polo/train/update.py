@@ -11,11 +11,13 @@ that carry gradient.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
 from polo.core.aggregation import Aggregation, StepCounts
+from polo.core.batch import RolloutBatch
 from polo.core.divergences import Divergence
 from polo.core.losses.base import PolicyLoss
 from polo.core.optim_hooks import OptimizerHook
@@ -111,6 +113,53 @@ def _packed(rows: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, siz
     return [*out, rows[first:]]
 
 
+@dataclass
+class Minibatch:
+    """One optimizer step's share of the batch (``Updater.minibatch_plan``)."""
+
+    counts: StepCounts
+    """Token and sequence counts of the whole minibatch, every term's aggregation denominator."""
+    scopes: list[float]
+    """Each regularizer's scope total over the whole minibatch."""
+    size: int
+    """Rows of the whole minibatch."""
+    batch: RolloutBatch
+    """The rows trained here: inert rows left out (when they may be), this rank's share."""
+    micro: list[torch.Tensor]
+    """Row indices into ``batch`` of each micro-batch."""
+    empty: bool
+    """Every row of the minibatch was inert: the step is taken on zero gradients."""
+
+
+@dataclass
+class UpdateTotals:
+    """What the update's steps add up: token-weighted sums of the diagnostics, and per optimizer step the gradient
+    norm, the learning-rate factor and whether it was skipped."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weight: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    lr_factors: list[float] = field(default_factory=list)
+    skipped: int = 0
+
+    def add(self, stats: dict[str, float], weight: float) -> None:
+        """One micro-batch's diagnostics, weighted by its response tokens."""
+        self.weight += weight
+        for k, v in stats.items():
+            self.sums[k] = self.sums.get(k, 0.0) + weight * v
+
+    def metrics(self, has_hook: bool) -> dict[str, float]:
+        """The weighted means, ``optim/skipped_nonfinite``, ``optim/grad_norm`` and (with a gradient hook)
+        ``optim/lr_factor``."""
+        out = {k: v / max(self.weight, 1e-9) for k, v in self.sums.items()}
+        out["optim/skipped_nonfinite"] = self.skipped
+        if self.grad_norms:
+            out["optim/grad_norm"] = sum(self.grad_norms) / len(self.grad_norms)
+        if has_hook and self.lr_factors:
+            out["optim/lr_factor"] = sum(self.lr_factors) / len(self.lr_factors)
+        return out
+
+
 def _flat_grad(params) -> torch.Tensor:
     return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
 
@@ -139,64 +188,76 @@ class Updater:
                 and not self.terms.regularizers and not policy_frozen)
 
     def run(self, batch, kl_coef: float = 0.0, policy_frozen: bool = False) -> dict[str, float]:
-        s = self.settings
-        sums: dict[str, float] = {}
-        weight_total = 0.0
-        grad_norms, lr_factors = [], []
-        skipped = 0
-        skip_inert = self.skips_inert_rows(kl_coef, policy_frozen)
+        """Train on ``batch``: one ``step`` per minibatch of ``minibatch_plan``; returns the update's metrics
+        (token-weighted means of the micro-batches' diagnostics, the mean gradient norm and learning-rate
+        factor, the skipped steps)."""
+        totals = UpdateTotals()
         self.policy.train()
-        for _ in range(s.epochs):
-            for rows in group_minibatches(batch.group, s.minibatches, self.generator):
-                minibatch = batch.select(rows)
-                counts = StepCounts.from_mask(minibatch.response_mask, s.max_new_tokens)
-                scopes = [float(reg.scope(minibatch).sum()) for reg in self.terms.regularizers]
-                if skip_inert:  # rows with all-zero advantages add nothing to the gradient
-                    minibatch = minibatch.select((minibatch.advantages != 0).any(-1))
-                    if minibatch.batch_size == 0:
-                        for p in self.params:  # the same optimizer step as a backward of zeros
-                            p.grad = torch.zeros_like(p)
-                if self.data_parallel is not None:  # this rank's rows; the loss keeps the minibatch's counts
-                    minibatch = self.data_parallel.shard(minibatch, s.whole_groups)
-                parts = micro_batches(minibatch.group, s.micro_batch_size, self.hook.estimates if self.hook else 1,
-                                      s.whole_groups, padded_lengths(minibatch), s.micro_batch_tokens)
-                estimates, previous = [], None
-                for micro_rows in parts:
-                    micro = minibatch if len(parts) == 1 else minibatch.select(micro_rows)
-                    stats = {} if policy_frozen else self.policy_backward(micro, counts, len(rows), kl_coef, scopes)
-                    stats.update(self.critics.backward(micro, counts, self.terms.aggregation))
-                    if self.hook is not None and not policy_frozen:
-                        grad = _flat_grad(self.params)
-                        estimates.append((grad - (previous if previous is not None else 0)) * len(parts))
-                        previous = grad
-                    w = float(micro.response_mask.sum())
-                    weight_total += w
-                    for k, v in stats.items():
-                        sums[k] = sums.get(k, 0.0) + w * v
-                if self.data_parallel is not None:
-                    self.data_parallel.all_reduce_grads([*self.params, *self.critics.parameters()])
-                if not policy_frozen:
-                    norm = float(torch.nn.utils.clip_grad_norm_(self.params, s.grad_clip or math.inf))
-                    if math.isfinite(norm):
-                        grad_norms.append(norm)
-                        several = self.hook is not None and len(estimates) > 1
-                        factor = self.hook.lr_factor(torch.stack(estimates)) if several else 1.0
-                        lr_factors.append(factor)
-                        self.optimizer_step(factor)
-                    else:  # a non-finite loss or gradient never reaches the weights
-                        skipped += 1
-                self.optimizer.zero_grad(set_to_none=True)
-                skipped += self.critics.step()
+        for minibatch in self.minibatch_plan(batch, self.skips_inert_rows(kl_coef, policy_frozen)):
+            self.step(minibatch, kl_coef, policy_frozen, totals)
         self.policy.eval()
         if self.data_parallel is not None:
-            sums, weight_total = self.data_parallel.sum_metrics(sums, weight_total)
-        out = {k: v / max(weight_total, 1e-9) for k, v in sums.items()}
-        out["optim/skipped_nonfinite"] = skipped
-        if grad_norms:
-            out["optim/grad_norm"] = sum(grad_norms) / len(grad_norms)
-        if self.hook is not None and lr_factors:
-            out["optim/lr_factor"] = sum(lr_factors) / len(lr_factors)
-        return out
+            totals.sums, totals.weight = self.data_parallel.sum_metrics(totals.sums, totals.weight)
+        return totals.metrics(self.hook is not None)
+
+    def minibatch_plan(self, batch, skip_inert: bool) -> Iterator[Minibatch]:
+        """The update's optimizer steps in order: for each of ``epochs``, ``minibatches`` random minibatches of
+        whole groups (``group_minibatches``, drawn from the updater's generator as each epoch starts), each with
+        the rows this rank trains (inert rows left out when ``skip_inert``, this rank's share under data
+        parallelism) cut into micro-batches."""
+        s = self.settings
+        for _ in range(s.epochs):
+            for rows in group_minibatches(batch.group, s.minibatches, self.generator):
+                whole = batch.select(rows)
+                trained = whole.select((whole.advantages != 0).any(-1)) if skip_inert else whole
+                empty = trained.batch_size == 0
+                if self.data_parallel is not None:  # this rank's rows; the loss keeps the minibatch's counts
+                    trained = self.data_parallel.shard(trained, s.whole_groups)
+                parts = micro_batches(trained.group, s.micro_batch_size, self.hook.estimates if self.hook else 1,
+                                      s.whole_groups, padded_lengths(trained), s.micro_batch_tokens)
+                yield Minibatch(StepCounts.from_mask(whole.response_mask, s.max_new_tokens),
+                                [float(reg.scope(whole).sum()) for reg in self.terms.regularizers], len(rows),
+                                trained, parts, empty)
+
+    def step(self, minibatch: Minibatch, kl_coef: float, policy_frozen: bool, totals: UpdateTotals) -> None:
+        """One optimizer step on ``minibatch``: the micro-batches' backwards, the gradients summed over the
+        ranks, the policy's clipped step (skipped when its gradient norm is not finite) and the critics'."""
+        if minibatch.empty:  # every row inert: the same optimizer step as a backward of zeros
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+        estimates = self.backward(minibatch, kl_coef, policy_frozen, totals)
+        if self.data_parallel is not None:
+            self.data_parallel.all_reduce_grads([*self.params, *self.critics.parameters()])
+        if not policy_frozen:
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip or math.inf))
+            if math.isfinite(norm):
+                totals.grad_norms.append(norm)
+                several = self.hook is not None and len(estimates) > 1
+                factor = self.hook.lr_factor(torch.stack(estimates)) if several else 1.0
+                totals.lr_factors.append(factor)
+                self.optimizer_step(factor)
+            else:  # a non-finite loss or gradient never reaches the weights
+                totals.skipped += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        totals.skipped += self.critics.step()
+
+    def backward(self, minibatch: Minibatch, kl_coef: float, policy_frozen: bool,
+                 totals: UpdateTotals) -> list[torch.Tensor]:
+        """The policy's and the critics' backward on each micro-batch of ``minibatch``, their diagnostics added to
+        ``totals``; returns the gradient hook's per-micro-batch gradient estimates (none without a hook)."""
+        trained, parts = minibatch.batch, minibatch.micro
+        estimates, previous = [], None
+        for micro_rows in parts:
+            micro = trained if len(parts) == 1 else trained.select(micro_rows)
+            stats = {} if policy_frozen else self.policy_backward(micro, minibatch.counts, minibatch.size, kl_coef,
+                                                                  minibatch.scopes)
+            stats.update(self.critics.backward(micro, minibatch.counts, self.terms.aggregation))
+            if self.hook is not None and not policy_frozen:
+                grad = _flat_grad(self.params)
+                estimates.append((grad - (previous if previous is not None else 0)) * len(parts))
+                previous = grad
+            totals.add(stats, float(micro.response_mask.sum()))
+        return estimates
 
     def optimizer_step(self, lr_factor: float) -> None:
         """One optimizer step at ``lr_factor`` × the scheduled learning rate."""

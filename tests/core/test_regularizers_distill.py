@@ -83,9 +83,9 @@ def test_settings_are_checked():
 
 def test_kepo_recipe_advantage_of_the_worked_example():
     """§9's group r = [2, 0, 2, 0] under the kepo recipe's estimator (TRL: unbiased std + 1e-4)."""
-    from polo.train.config import build_components, load_recipe
+    from polo.train.config import load_recipe
 
-    components = build_components(load_recipe("kepo"))
+    components = load_recipe("kepo").built().components
     close(components["advantage"](kepo_batch()).advantages[:, 0], [0.8660, -0.8660, 0.8660, -0.8660])
     gate = components["regularizer.0"]
     assert (gate.gate, gate.beta) == ("reward", 0.5)

@@ -8,7 +8,7 @@ from polo.core.losses.base import LossOutput
 from polo.core.registry import DIVERGENCES, POLICY_LOSSES, REGULARIZERS, ConfigError
 from polo.core.regularizers import Regularizer
 from polo.core.segment import masked_mean
-from polo.train.config import build_components, load_recipe
+from polo.train.config import load_recipe
 from polo.train.critics import Critics
 from polo.train.update import LossTerms, Updater, UpdateSettings
 from tests.train.test_micro_batch_tokens import policy64, scored_batch
@@ -67,7 +67,7 @@ def test_micro_batches_give_the_unsplit_gradient_with_a_regularizer():
 
 def test_recipes_list_regularizers_and_unknown_ones_are_named(tiny):
     recipe = load_recipe("rgpo", tiny)
-    assert build_components(recipe)["regularizer.0"].registry_name == "guided_nll"
+    assert recipe.built().regularizers[0].registry_name == "guided_nll"
     with pytest.raises(ConfigError, match=r"unknown regularizer 'nope'"):
         load_recipe("grpo", [*tiny, "regularizers=[{name: nope}]"])
     with pytest.raises(ConfigError, match="guided"):  # guided_nll reads what only the guided engine writes
