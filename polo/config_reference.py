@@ -24,12 +24,14 @@ from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry
 from polo.core.suggest import section_model
 from polo.envs import ENVIRONMENTS
 from polo.roles.base import ROLES
+from polo.engines.branches import BRANCHERS
 from polo.tasks.registry import TASKS
 from polo.train.config import STAGES, Recipe, flatten_tree, resolved_tree
 
-COMPONENTS: dict[str, Registry] = {"task": TASKS, **STAGES, "shaping": SHAPING, "regularizers": REGULARIZERS,
-                                   "kl.name": DIVERGENCES, "roles": ROLES}
-"""Recipe keys whose value names registered components (``roles`` maps role names to their settings)."""
+COMPONENTS: dict[str, Registry] = {"task": TASKS, **STAGES, "engine.tree": BRANCHERS, "shaping": SHAPING,
+                                   "regularizers": REGULARIZERS, "kl.name": DIVERGENCES, "roles": ROLES}
+"""Recipe keys whose value names registered components (``roles`` maps role names to their settings;
+``engine.tree`` is a setting of the multi-turn engines)."""
 REQUIRED = "(required)"
 BOUNDS = {annotated_types.Gt: (">", "gt"), annotated_types.Ge: ("≥", "ge"), annotated_types.Lt: ("<", "lt"),
           annotated_types.Le: ("≤", "le")}
@@ -102,8 +104,7 @@ def resolved_keys(recipe: Recipe) -> list[tuple[Key, Any]]:
     tree["task"] = {"name": task.registry_name, **task.model_dump(mode="json")}
     described = {k.key: k for k in keys(Recipe)}
     for key, registry in COMPONENTS.items():
-        section = tree.get(key.split(".")[0])
-        for name, prefix in _chosen(key, section):
+        for name, prefix in _chosen(key, _section(tree, key.removesuffix(".name"))):
             cls = registry.get(name)
             described[f"{prefix}name"] = Key(f"{prefix}name", registry.kind, _default_name(key, registry), summary(cls))
             described.update({k.key: k for k in keys(cls, prefix)})
@@ -120,6 +121,13 @@ def _default_name(key: str, registry: Registry) -> str | None:
     field = Recipe.model_fields.get(key)
     default = field.get_default() if field else None
     return default.get("name") if isinstance(default, dict) else registry.default
+
+
+def _section(tree: dict, key: str) -> Any:
+    """The value of the dotted ``key`` in the resolved ``tree`` (None where a step is missing)."""
+    for part in key.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
 
 
 def _chosen(key: str, section: Any) -> list[tuple[str, str]]:

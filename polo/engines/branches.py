@@ -1,190 +1,92 @@
-"""Rollout trees for the ``multi_turn`` engine: sibling branches at observation events (OPO), counterfactual
-replays of a tool-granularity decision (CIPO), hinted recovery branches from erroneous states (ReflectPO) and
-continuations from high-scoring token positions (APPO).
+"""Rollout trees of the ``multi_turn`` engine: the ``Brancher`` component and its registry ``BRANCHERS``.
 
-Both branch from a turn of a played root episode: ``Episode.branch`` replays the root's earlier turns in a
-fresh environment, so a branch owns only the turns it samples (the copied prefix is never a row of the
-branch, hence never trained twice). A sibling also branches inside the action: the tool name (``s:``) is
-forced and only the argument is re-sampled, the forced tokens coming back with mask 0. The G siblings of one
-event share one context, so the sampler runs its prefill once for all of them.
+A brancher grows a step's tree from its played root episodes (``engine: {name: multi_turn, tree: {name: NAME,
+...settings}}``): it picks branch points, builds the branches (``Episode.branch`` replays a root's earlier
+turns in a fresh environment, so a branch owns only the turns it samples), plays them with the engine and adds
+them to the ``Tree``. The engine knows no brancher by name: it calls ``grow`` once per step, asks the sampler for
+per-token entropy when the brancher ``reads_entropy``, adds the brancher's ``roles()`` to its own and writes every
+input of ``writes`` on every row (the brancher's value where it set one, the declared default elsewhere).
 
-Both passes write per-row inputs through ``extras`` (``{traj: {"<name>@<step>": value}}`` for one row,
-``{traj: {name: value}}`` for every row of a trajectory); rows they do not name take ``ADDED_DEFAULTS``.
+The built-in branchers live in ``polo/engines/branchers/`` (one module each, discovered on first lookup); a
+plugin registers more with ``@BRANCHERS.register("name")``.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 import torch
 
-from polo.core.advantages.opo_observation import jaccard_redundancy, select_events
-from polo.engines.episodes import Episode
-
-if TYPE_CHECKING:
-    from polo.engines.multi_turn import MultiTurn
-
-ADDED_DEFAULTS = {"branch": -1, "sibling": 0.0, "arg_start": 0, "cf_decision": 0.0, "cf_delta": 0.0,
-                  "branch_token": 0, "branch_scale": 1.0}
-COUNTERFACTUAL_TRAJ = 10**9
-"""Trajectory ids of counterfactual replays (never rows) start here, clear of the batch's own ids."""
+from polo.core.registry import METHODS, Component, ConfigError, Registry
+from polo.engines.episodes import Episode, Tree
 
 
-def _tokens(policy, text: str) -> int:
-    return len(policy.tokenizer(text, add_special_tokens=False)["input_ids"])
+class Player(Protocol):
+    """What a brancher uses of its engine: the run's ``EngineSetup`` and ``play`` (``MultiTurn.play``)."""
+
+    settings: Any
+
+    def play(self, policy, episodes: list[Episode], generator, greedy: bool, *, max_turns: int | None = None,
+             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False) -> list[dict]: ...
 
 
-def observation_siblings(engine: "MultiTurn", policy, episodes: list[Episode], calls: list[dict],
-                         generator: torch.Generator, extras: dict, group_of: dict[int, int]) -> list[dict]:
-    """OPO's observation branching. Per root episode, its observation events (turns whose action is an
-    information-fetching call, ``env.observation_argument``) are scored: uncertainty = the mean sampling
-    entropy of the argument's tokens, redundancy = the largest word overlap of the argument with an earlier
-    event's; the top ``branch_events`` eligible ones get ``observation_branches`` siblings, each the same
-    context with the tool name forced and the argument re-sampled, stepped once. Returns the siblings'
-    decoding calls; writes ``branch``, ``sibling`` and ``arg_start`` into ``extras`` and the siblings' groups
-    into ``group_of``."""
-    entropy = {}
-    for call in calls:
-        for b, record in enumerate(call["records"]):
-            entropy[id(record)] = call["out"].entropy[b]
-    task, siblings, prefix, next_traj, branch_id = engine.settings.task, [], {}, max(group_of) + 1, 0
-    for ep in episodes:
-        events = [(r, n) for r in ep.records if (n := ep.env.observation_argument(r.action)) is not None]
-        if not events:
-            continue
-        starts = [_tokens(policy, r.action[:n]) for r, n in events]
-        ends = [_tokens(policy, r.action) for r, _ in events]
-        uncertainty = [float(entropy[id(r)][a:e].mean()) if e > a else 0.0
-                       for (r, _), a, e in zip(events, starts, ends)]
-        redundancy = jaccard_redundancy([r.action[n:] for r, n in events])
-        for i in select_events(uncertainty, redundancy, engine.branch_uncertainty, engine.branch_redundancy,
-                               engine.branch_events):
-            record, n = events[i]
-            extras.setdefault(ep.traj, {}).update({f"branch@{record.step}": branch_id,
-                                                   f"arg_start@{record.step}": starts[i]})
-            for _ in range(engine.observation_branches):
-                sibling = Episode.branch(task.make_env(), ep, record.step, next_traj)
-                extras[next_traj] = {"branch": branch_id, "sibling": 1.0, "arg_start": starts[i]}
-                group_of[next_traj], prefix[next_traj] = group_of[ep.traj], record.action[:n]
-                siblings.append(sibling)
-                next_traj += 1
-            branch_id += 1
-    if not siblings:
-        return []
-    return engine.play(policy, siblings, generator, greedy=False, max_turns=1, action_prefix=prefix)
+class Brancher(Component):
+    """Grows the step's rollout tree from its root episodes; fields are its settings."""
+
+    writes: ClassVar[dict[str, int | float]] = {}
+    """The per-row inputs it writes into ``batch.extras`` (through ``Tree.extras``), each with the value rows it
+    does not name get (an int default makes a long tensor, a float one a float tensor)."""
+    reads_entropy: ClassVar[bool] = False
+    """Whether it reads the roots' per-token sampling entropy (``call["out"].entropy`` of ``Tree.root_calls``)."""
+    engine_keys: ClassVar[dict[str, str | None]] = {}
+    """The ``multi_turn`` keys that configured it before rollout trees were components: old key → its setting
+    here (None: the key was only its on/off switch). The first key is the switch: an old run's config.yaml grows
+    this tree when that key is true or non-zero (``tree_from_engine_keys``)."""
+
+    def roles(self) -> set[str]:
+        """Model roles it reads besides the policy (``EngineSetup.models``)."""
+        return set()
+
+    def grow(self, engine: Player, policy, tree: Tree, generator: torch.Generator) -> None:
+        """Add this step's branches (episodes, decoding calls, groups, per-row inputs) to ``tree``."""
+        raise NotImplementedError
 
 
-def counterfactual_gains(engine: "MultiTurn", policy, episodes: list[Episode], generator: torch.Generator,
-                         extras: dict) -> None:
-    """CIPO's counterfactual imagination. Per root episode, the first turn t* whose action has an alternative
-    at the other tool granularity in the state it was taken in (``env.alternative``) is replayed with that
-    alternative and the policy finishes the episode; ``cf_delta`` = R − R^cf and ``cf_decision`` = 1 go on
-    row t*. The replays are not rows (they only score the decision)."""
-    task, replays, decisions = engine.settings.task, [], []
-    for ep in episodes:
-        for t, (action, _) in enumerate(ep.history):
-            alternative = Episode.branch(task.make_env(), ep, t, -1).env.alternative(action)
-            if alternative is not None:
-                replays.append(Episode.branch(task.make_env(), ep, t + 1, COUNTERFACTUAL_TRAJ + len(replays),
-                                              replace_last=alternative))
-                decisions.append((ep, t))
-                break
-    engine.play(policy, replays, generator, greedy=False)
-    for (ep, t), replay in zip(decisions, replays):
-        extras.setdefault(ep.traj, {}).update({f"cf_decision@{t}": 1.0,
-                                               f"cf_delta@{t}": ep.episode_return - replay.episode_return})
+BRANCHERS: Registry = Registry("brancher", ("polo.engines.branchers", METHODS))
 
 
-def _clean(action: str) -> str:
-    """An action quoted inside a hint, without the separators of the rendered context."""
-    return action.replace("|", " ").replace(";", " ").strip()
+class TreeInputs(frozenset):
+    """The ``provides`` of an engine that grows rollout trees: read from the class, the engine's own inputs; read
+    from a configured engine, those plus what its ``tree`` writes. ``|`` keeps the kind, so a subclass's
+    ``provides = MultiTurn.provides | {...}`` still adds its tree's."""
+
+    def __get__(self, engine, owner=None) -> frozenset[str]:
+        tree = getattr(engine, "tree", None)
+        return self if tree is None else frozenset(self) | frozenset(tree.writes)
+
+    def __or__(self, other) -> "TreeInputs":
+        return TreeInputs(frozenset(self) | frozenset(other))
 
 
-def recovery_hint(record, seen: set[str]) -> str | None:
-    """ReflectPO's hint for the state a turn led to, or None when that state is not erroneous: the result of an
-    invalid action or a failed tool call, or a repeated visit (the turn's observation is one of ``seen``, the
-    states already acted in on this path, this turn's included)."""
-    if not record.info["valid"]:
-        return f"hint: {_clean(record.action)} is not a valid action, try another"
-    if record.info["tool_error"]:
-        return f"hint: {_clean(record.action)} found nothing, try another"
-    if record.observation in seen:
-        return f"hint: you were here before, {_clean(record.action)} did not help, try another"
-    return None
-
-
-def recovery_branches(engine: "MultiTurn", policy, episodes: list[Episode], generator: torch.Generator,
-                      group_of: dict[int, int]) -> tuple[list[Episode], list[dict]]:
-    """ReflectPO's reflection-guided sampling. In each root episode, the states its turns led to are checked in
-    order: a repeated visit (the state was already acted in on the path) or the result of an invalid action or
-    a failed tool call is erroneous. From up to ``max_branch_points`` erroneous states per task, ``recovery_branches``
-    children replay the path to that state, read a hint appended to its observation (never trainable: it is in
-    the context) and finish the episode with the policy. Returns the children and their decoding calls."""
-    task, children, next_traj = engine.settings.task, [], max(group_of) + 1
-    budget: dict[int, int] = {}
-    for ep in episodes:
-        seen = set()
-        for record in ep.records:
-            seen.add(record.info["anchor_obs"])
-            hint = recovery_hint(record, seen)
-            group = group_of[ep.traj]
-            if hint is None or record.terminated or record.truncated or budget.get(group, 0) >= engine.max_branch_points:
-                continue
-            budget[group] = budget.get(group, 0) + 1
-            for _ in range(engine.recovery_branches):
-                children.append(Episode.branch(task.make_env(), ep, record.step + 1, next_traj, hint=hint))
-                group_of[next_traj] = group
-                next_traj += 1
-    calls = engine.play(policy, children, generator, greedy=False) if children else []
-    return children, calls
-
-
-def token_branches(engine: "MultiTurn", policy, episodes: list[Episode], calls: list[dict],
-                   generator: torch.Generator, extras: dict, group_of: dict[int, int]) -> tuple[list[Episode], list[dict]]:
-    """APPO's branching. Over each root episode's generated tokens (its actions in order, stop tokens excluded:
-    a branch after one would continue a finished action) the branching score
-    ``BS_k = Ĥ_k·Ω̂_k`` (min-max normalized sampling entropy times the normalized discounted sum of the next
-    ``branch_window`` tokens' log-ratios ``log π_θ − log π_ref``, the reference role's) picks one position b;
-    ``token_branches`` children replay the turns before b's turn, keep b's action up to and including b and
-    sample the rest of the episode. Writes ``branch``, ``branch_token`` and ``branch_scale`` (``1 + α·Ω̂_b``)."""
-    from polo.core.advantages.appo import branch_scores, procedure_scale, select_branch_points
-
-    reference = engine.settings.models.get("reference")
-    if reference is None:
-        raise ValueError("engine multi_turn: token_branches needs the reference role's model")
-    tokens: dict[int, list[tuple]] = {}
-    stops = torch.tensor(policy.stop_token_ids)
-    for call in calls:
-        out = call["out"]
-        candidate = out.response_mask.bool() & ~torch.isin(out.response_ids, stops)  # a stop token ends the action
-        with torch.no_grad():
-            ref = reference.forward_logp(call["prompt_ids"], call["prompt_mask"], out.response_ids, out.response_mask,
-                                         temperature=engine.settings.temperature)["logp"]
-        lam = out.logp - ref.to(out.logp)
-        for b, record in enumerate(call["records"]):
-            for col in candidate[b].nonzero().squeeze(-1).tolist():
-                tokens.setdefault(record.traj, []).append(
-                    (record.step, col, float(out.entropy[b, col]), float(lam[b, col]), out.response_ids[b]))
-    task, children, prefix, next_traj, branch_id = engine.settings.task, [], {}, max(group_of) + 1, 0
-    for ep in episodes:
-        seq = tokens.get(ep.traj, [])
-        if len(seq) < 2:
-            continue
-        entropy = torch.tensor([t[2] for t in seq])
-        lam = torch.tensor([t[3] for t in seq])
-        _, _, omega_hat, bs = branch_scores(entropy, lam, engine.branch_window, engine.branch_gamma)
-        point = select_branch_points(bs, 1, 1)[0]
-        step, col, _, _, response = seq[point]
-        scale = float(procedure_scale(omega_hat, [point], engine.branch_alpha)[0])
-        values = {f"branch@{step}": branch_id, f"branch_token@{step}": col + 1, f"branch_scale@{step}": scale}
-        for later in range(step + 1, len(ep.history)):
-            values.update({f"branch@{later}": branch_id, f"branch_scale@{later}": scale})
-        extras.setdefault(ep.traj, {}).update(values)
-        for _ in range(engine.token_branches):
-            children.append(Episode.branch(task.make_env(), ep, step, next_traj))
-            prefix[next_traj] = response[: col + 1].tolist()
-            extras[next_traj] = {"branch": branch_id, "branch_scale": scale}
-            group_of[next_traj] = group_of[ep.traj]
-            next_traj += 1
-        branch_id += 1
-    calls = engine.play(policy, children, generator, greedy=False, action_prefix=prefix) if children else []
-    return children, calls
+def tree_from_engine_keys(config: Any) -> Any:
+    """An engine section written before rollout trees were components (``observation_branches: 3``,
+    ``counterfactuals: true``, ...: the branchers' ``engine_keys``) in the ``tree`` layout: the old keys are
+    dropped and the brancher whose switch was on becomes ``tree`` with the old keys' values as its settings, so an
+    old run folder resumes unchanged. A section that also sets ``tree``, or switches on two branchers, is
+    refused."""
+    if not isinstance(config, dict):
+        return config
+    config, found = dict(config), []
+    for name, cls in BRANCHERS:
+        old = {key: config.pop(key) for key in cls.engine_keys if key in config}
+        switch = next(iter(cls.engine_keys), None)
+        if old.get(switch):
+            settings = {cls.engine_keys[k]: v for k, v in old.items() if cls.engine_keys[k] is not None}
+            found.append((f"engine.{switch}", {"name": name, **settings}))
+    if not found:
+        return config
+    if len(found) > 1 or config.get("tree") is not None:
+        keys = [key for key, _ in found] + (["engine.tree"] if config.get("tree") is not None else [])
+        trees = ", ".join(f"engine.tree: {tree}" for _, tree in found)
+        raise ConfigError(f"{' and '.join(keys)} each grow a rollout tree, and an engine grows one: keep one of "
+                          f"{trees} (the old keys are now engine.tree's settings)")
+    return {**config, "tree": found[0][1]}

@@ -11,6 +11,9 @@ for a chat-template checkpoint), the action, the observation, the environment's 
 error, anchor observation, oracles), the episode's identity and its tree position (``parent`` trajectory,
 ``depth``). Input providers build their probes from these records (the answer probe, InfoPO's
 counterfactual context, HiMPO's memory probe).
+
+A ``Tree`` is one step's rollout tree as it grows: the root episodes and their decoding calls, then whatever a
+brancher (``polo.engines.branches``) adds; the engine turns it into step rows.
 """
 from __future__ import annotations
 
@@ -116,3 +119,26 @@ class Episode:
             return str(self.env.gold)
         except NotImplementedError:
             return None
+
+
+@dataclass
+class Tree:
+    """A step's rollout tree: ``roots`` and their decoding calls ``root_calls`` (as played), ``episodes`` (those
+    whose final return is their rows' reward: the roots, then branches played to the end), ``calls`` (every
+    decoding call, in row order), ``group_of`` (every trajectory's task; a branch takes its root's) and
+    ``extras`` (per-row inputs by trajectory: ``{traj: {"<name>@<step>": value}}`` for one row, ``{traj: {name:
+    value}}`` for every row of it)."""
+
+    roots: list[Episode]
+    root_calls: list[dict]
+    group_of: dict[int, int]
+    episodes: list[Episode] = field(init=False)
+    calls: list[dict] = field(init=False)
+    extras: dict[int, dict[str, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.episodes, self.calls = list(self.roots), list(self.root_calls)
+
+    def next_traj(self) -> int:
+        """The first trajectory id no episode of the tree holds yet."""
+        return max(self.group_of) + 1

@@ -18,14 +18,11 @@ a forced prefix, at its last token) and every oracle
 the environment reports (``judge``, ``ev``, ``uses_support``/``uses_failed``, ``hint``, ``memory_write``,
 ``memory_relevance``). ``Rollouts.turns`` holds the host-side ``TurnRecord`` of every row.
 
-Rollout trees (``polo.engines.branches``): ``observation_branches: M`` re-samples the argument of the most
-uncertain, least redundant observation actions M times (OPO's sibling rows, one step each);
-``counterfactuals: true`` replays each episode with its first granularity decision swapped and lets the
-policy finish (CIPO's ``cf_delta``); ``recovery_branches: M`` continues M hinted children from erroneous
-states (ReflectPO); ``token_branches: M`` continues M children from inside an action, after the token with
-the highest APPO branching score. A branch replays its parent's earlier turns in a fresh environment and
-owns only the turns it samples; ``batch.parent`` is the parent trajectory (−1 for roots) and ``depth`` its
-depth.
+Rollout trees (``polo.engines.branches``): ``tree: {name: NAME, ...}`` names a registered brancher that grows
+each step's tree from the played root episodes (built in: polo/engines/branchers/). A branch replays its
+parent's earlier turns in a fresh environment and owns only the turns it samples; ``batch.parent`` is the parent
+trajectory (−1 for roots) and ``depth`` its depth; the brancher's own per-row inputs (its ``writes``) are written
+on every row.
 """
 from __future__ import annotations
 
@@ -33,16 +30,16 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
+from pydantic import Field, field_serializer, model_validator
 from torch import Tensor
 
 from polo.core.agent_primitives import anchor_ids
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.policy.inputs import pad_sequences
-from polo.engines import branches
+from polo.engines.branches import BRANCHERS, Brancher, TreeInputs, tree_from_engine_keys
 from polo.engines.base import ENGINES, Engine, EngineSetup, Rollouts
-from polo.engines.episodes import Episode, TurnRecord
+from polo.engines.episodes import Episode, Tree, TurnRecord
 from polo.tasks.base import Example
 
 ORACLES = {"judge": "judge_score", "ev": "ev", "hint": "hint", "memory_write": "memory_write",
@@ -74,48 +71,33 @@ def _bitmask(edges, kind: str) -> int:
 class MultiTurn(Engine):
     """Episodes of the ``environment`` task's text environment, one batched decode per turn; step rows out."""
 
-    provides = frozenset({"old_logp", "correct", "prompt_index", "traj", "step", "anchor", "next_anchor",
-                          "step_reward", "action_key", "valid", "tool_error", *ORACLES, "uses_support",
-                          "uses_failed", "branch", "sibling", "arg_start", "cf_decision", "cf_delta", "branch_token",
-                          "branch_scale", "context_hidden"})
+    provides = TreeInputs({"old_logp", "correct", "prompt_index", "traj", "step", "anchor", "next_anchor",
+                           "step_reward", "action_key", "valid", "tool_error", *ORACLES, "uses_support", "uses_failed",
+                           "context_hidden"})
     similarity_thresh: float | None = Field(None, gt=0, le=1)
     """None: anchor states match by equal text (GiGPO's default); else difflib similarity ≥ this clusters them."""
     anchor: Literal["observation", "context"] = "observation"
     """The anchor state's text: the environment's current observation (the spec's), or the whole context the
     policy read (for environments whose observation does not identify the state, like GuessNum's "u: yes")."""
-    observation_branches: int = Field(0, ge=0)
-    """OPO: re-sampled siblings (argument only, one step) per chosen observation event; 0 = no branching."""
-    branch_events: int = Field(1, ge=1)
-    """OPO: observation events branched per episode (the highest uncertainty × (1 − redundancy))."""
-    branch_uncertainty: float = Field(1.0, ge=0)
-    """OPO: an event is eligible when its argument tokens' mean sampling entropy (nats) is at least this."""
-    branch_redundancy: float = Field(0.5, ge=0, le=1)
-    """OPO: ... and its argument's word overlap (Jaccard) with earlier arguments is at most this."""
-    counterfactuals: bool = False
-    """CIPO: replay each episode with its first tool-granularity decision swapped; the policy finishes it."""
-    recovery_branches: int = Field(0, ge=0)
-    """ReflectPO: hinted children per erroneous state (repeated visit, invalid action, failed tool call)."""
-    max_branch_points: int = Field(4, ge=1)
-    """ReflectPO: erroneous states branched per task."""
-    token_branches: int = Field(0, ge=0)
-    """APPO: continuations from each root episode's highest-scoring token (entropy × future likelihood gain)."""
-    branch_window: int = Field(32, ge=1)
-    """APPO: tokens W in the future likelihood gain Ω_k."""
-    branch_gamma: float = Field(0.9, ge=0, le=1)
-    """APPO: discount γ_Ω inside Ω_k."""
-    branch_alpha: float = Field(1.0, ge=0)
-    """APPO: the branch group's advantage is scaled by 1 + α·Ω̂_b."""
+    tree: Brancher | None = None
+    """The rollout tree grown from each step's root episodes: a registered brancher, ``{name: NAME, ...settings}``
+    (polo.engines.branches); None: root episodes only."""
 
-    @model_validator(mode="after")
-    def _one_branch_id(self) -> "MultiTurn":
-        if self.observation_branches and self.token_branches:
-            raise ValueError("observation_branches (OPO) and token_branches (APPO) both write the branch input; "
-                             "enable one of them")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _build_tree(cls, data):
+        data = tree_from_engine_keys(data)
+        if isinstance(data, dict) and isinstance(data.get("tree"), (dict, str)):
+            data = {**data, "tree": BRANCHERS.build(data["tree"], "engine.tree")}
+        return data
+
+    @field_serializer("tree")
+    def _dump_tree(self, tree: Brancher | None):
+        return None if tree is None else {"name": tree.registry_name, **tree.model_dump(mode="json")}
 
     def roles(self) -> set[str]:
-        """APPO's branching reads the frozen reference policy."""
-        return {"reference"} if self.token_branches else set()
+        """The roles the tree's brancher reads."""
+        return self.tree.roles() if self.tree is not None else set()
 
     def setup(self, setup: EngineSetup) -> None:
         if not hasattr(setup.task, "make_env"):
@@ -132,21 +114,11 @@ class MultiTurn(Engine):
         groups = [i for i in range(len(examples)) for _ in range(G)]
         episodes = self.start([examples[i].columns["seed"] for i in groups])
         calls = self.play(policy, episodes, generator, greedy,
-                          entropy=bool(self.observation_branches or self.token_branches))
-        extras: dict[int, dict[str, float]] = {}
-        group_of = {ep.traj: g for ep, g in zip(episodes, groups)}
-        full, roots = list(episodes), list(calls)
-        if self.counterfactuals:
-            branches.counterfactual_gains(self, policy, episodes, generator, extras)
-        if self.recovery_branches:
-            children, more = branches.recovery_branches(self, policy, episodes, generator, group_of)
-            full, calls = full + children, calls + more
-        if self.token_branches:
-            children, more = branches.token_branches(self, policy, episodes, roots, generator, extras, group_of)
-            full, calls = full + children, calls + more
-        if self.observation_branches:
-            calls += branches.observation_siblings(self, policy, episodes, roots, generator, extras, group_of)
-        return self.step_rows(calls, full, group_of, examples, prompt_index, extras)
+                          entropy=self.tree is not None and self.tree.reads_entropy)
+        tree = Tree(episodes, calls, {ep.traj: g for ep, g in zip(episodes, groups)})
+        if self.tree is not None:
+            self.tree.grow(self, policy, tree, generator)
+        return self.step_rows(tree.calls, tree.episodes, tree.group_of, examples, prompt_index, tree.extras)
 
     def evaluate(self, policy, examples: list[Example]) -> float:
         """The fraction of ``examples`` (episode seeds) solved by one greedy episode each."""
@@ -329,13 +301,11 @@ class MultiTurn(Engine):
         return out
 
     def _added(self, records: list[TurnRecord], extras: dict[int, dict[str, float]]) -> dict[str, Tensor]:
-        """Per-row inputs of the enabled branching passes (``branches``), their defaults on rows they skip."""
-        names = ({"branch", "sibling", "arg_start"} if self.observation_branches else set()) | (
-            {"cf_decision", "cf_delta"} if self.counterfactuals else set()) | (
-            {"branch", "branch_token", "branch_scale"} if self.token_branches else set())
+        """The tree brancher's per-row inputs (its ``writes``), their defaults on rows it does not name."""
+        writes = self.tree.writes if self.tree is not None else {}
         out = {}
-        for name in sorted(names):
-            default = branches.ADDED_DEFAULTS[name]
+        for name in sorted(writes):
+            default = writes[name]
             values = [extras.get(r.traj, {}).get(f"{name}@{r.step}", extras.get(r.traj, {}).get(name, default))
                       for r in records]
             dtype = torch.long if isinstance(default, int) else torch.float32

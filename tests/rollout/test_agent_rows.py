@@ -12,8 +12,7 @@ from polo.policy.tiny import TinyModelConfig
 from polo.inputs.agent_probes import answer_logp, counterfactual_context, gold_logp, info_gain, memory_utility
 from polo.engines.base import ENGINES, EngineSetup
 from polo.policy.prefix import distinct_prompts
-from polo.engines.branches import observation_siblings
-from polo.engines.episodes import TurnRecord
+from polo.engines.episodes import Tree, TurnRecord
 from polo.inputs.base import ProviderContext
 from polo.tasks import build_task
 
@@ -146,16 +145,17 @@ def test_memory_utility_compares_the_answer_probe_after_and_before_a_write(polic
 def test_opo_siblings_share_the_event_context_and_own_only_their_argument(policy):
     # an untrained policy seldom searches: its first action is forced to start with "s:" (a token-offset branch)
     task = build_task({"name": "environment", "env": {"name": "KBLookup-v0"}})
-    eng = ENGINES.build({"name": "multi_turn", "observation_branches": 3, "branch_uncertainty": 0.0,
-                         "branch_redundancy": 1.0}, "engine")
+    eng = ENGINES.build({"name": "multi_turn", "tree": {"name": "opo_observation", "branches": 3, "uncertainty": 0.0,
+                                                        "redundancy": 1.0}}, "engine")
     eng.setup(EngineSetup(task, [], 4, task.max_completion_chars + 1))
     examples, generator = task.examples("train", 3, seed=0), torch.Generator().manual_seed(0)
     episodes = eng.start([e.columns["seed"] for e in examples for _ in range(4)])
     calls = eng.play(policy, episodes, generator, False, action_prefix={ep.traj: "s:" for ep in episodes},
                      entropy=True)
-    extras, group_of = {}, {ep.traj: ep.traj // 4 for ep in episodes}
-    sibling_calls = observation_siblings(eng, policy, episodes, calls, generator, extras, group_of)
-    got = eng.step_rows(calls + sibling_calls, episodes, group_of, examples, [0, 1, 2], extras)
+    tree = Tree(episodes, calls, {ep.traj: ep.traj // 4 for ep in episodes})
+    eng.tree.grow(eng, policy, tree, generator)
+    sibling_calls = tree.calls[len(calls):]
+    got = eng.step_rows(tree.calls, tree.episodes, tree.group_of, examples, [0, 1, 2], tree.extras)
     # the siblings of one event share its context: the sampler prefills each distinct context once
     ids, mask = sibling_calls[0]["prompt_ids"], sibling_calls[0]["prompt_mask"]
     contexts = {r.context for r in sibling_calls[0]["records"]}
@@ -176,7 +176,7 @@ def test_opo_siblings_share_the_event_context_and_own_only_their_argument(policy
 
 
 def test_cipo_replays_the_first_granularity_decision(policy):
-    _, _, got = played(policy, {"name": "KBLookup-v0", "skills": True}, G=4, n=3, counterfactuals=True)
+    _, _, got = played(policy, {"name": "KBLookup-v0", "skills": True}, G=4, n=3, tree={"name": "cipo"})
     x, turns = got.batch.extras, got.turns
     for t in set(x["traj"].tolist()):
         rows = rows_of(x, t)
@@ -218,8 +218,8 @@ def test_a_chat_checkpoint_plays_kblookup_and_only_assistant_tokens_are_trainabl
 
 
 def test_recovery_branches_continue_from_erroneous_states_with_a_hint(policy):
-    _, _, got = played(policy, {"name": "TextGrid-v0", "obs_mode": "local"}, G=4, n=2, recovery_branches=2,
-                       max_branch_points=3)
+    _, _, got = played(policy, {"name": "TextGrid-v0", "obs_mode": "local"}, G=4, n=2,
+                       tree={"name": "reflectpo", "branches": 2, "max_points": 3})
     b, x, turns = got.batch, got.batch.extras, got.turns
     children = sorted(set(x["traj"][x["depth"] == 1].tolist()))
     assert children and len(children) <= 2 * 3 * 2  # 2 children per point, at most 3 points per task, 2 tasks
@@ -240,7 +240,7 @@ def test_recovery_branches_continue_from_erroneous_states_with_a_hint(policy):
 def test_trajectory_rows_come_from_the_same_records_and_train_each_token_once(policy):
     from polo.engines.trajectory_rows import trajectory_rows
 
-    task, _, got = played(policy, {"name": "GuessNum-v0"}, G=4, n=2, window=6, recovery_branches=1)
+    task, _, got = played(policy, {"name": "GuessNum-v0"}, G=4, n=2, window=6, tree={"name": "reflectpo", "branches": 1})
     view = trajectory_rows(got, policy)
     b, x = got.batch, got.batch.extras
     assert view.traj == sorted(set(x["traj"].tolist()))
@@ -297,7 +297,7 @@ def test_appo_branches_continue_after_the_best_scoring_token(policy):
     import copy
 
     task = build_task({"name": "environment", "env": {"name": "KBLookup-v0"}})
-    eng = ENGINES.build({"name": "multi_turn", "token_branches": 2, "branch_window": 4}, "engine")
+    eng = ENGINES.build({"name": "multi_turn", "tree": {"name": "appo", "branches": 2, "window": 4}}, "engine")
     assert eng.roles() == {"reference"}
     reference = copy.deepcopy(policy)
     with torch.no_grad():

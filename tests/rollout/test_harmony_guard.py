@@ -204,8 +204,8 @@ def test_bad_configurations_are_refused():
     engine = ENGINES.build({"name": "harmony_guard"}, "engine")
     with pytest.raises(ConfigError, match="no policy_document, progress, guidance"):
         engine.setup(EngineSetup(build_task({"name": "environment", "env": {"name": "KBLookup-v0"}}), [], 4, 27))
-    with pytest.raises(ValueError, match="unset recovery_branches"):
-        ENGINES.build({"name": "harmony_guard", "recovery_branches": 2}, "engine")
+    with pytest.raises(ValueError, match=r"unset engine.tree \(reflectpo\)"):
+        ENGINES.build({"name": "harmony_guard", "tree": {"name": "reflectpo"}}, "engine")
     with pytest.raises(ValueError, match="regenerations"):
         ENGINES.build({"name": "harmony_guard", "regenerations": -1}, "engine")
     assert ENGINES.build({"name": "harmony_guard", "checker": "judge"}, "engine").roles() == {"judge"}

@@ -146,7 +146,7 @@ def test_bad_configurations_are_refused(policy):
     with pytest.raises(ValueError, match="trials"):
         ENGINES.build({"name": "retroformer", "trials": 1}, "engine")
     with pytest.raises(ValueError, match="no rollout trees"):
-        ENGINES.build({"name": "retroformer", "recovery_branches": 2}, "engine")
+        ENGINES.build({"name": "retroformer", "tree": {"name": "reflectpo"}}, "engine")
     with pytest.raises(ValueError, match="source 'path' needs"):
         ROLES.build({"name": "frozen_actor", "source": "path"}, "roles.frozen_actor")
     with pytest.raises(ValueError, match="plan_len"):

@@ -94,10 +94,9 @@ class HarmonyGuard(MultiTurn):
 
     @model_validator(mode="after")
     def _no_trees(self) -> "HarmonyGuard":
-        grown = [name for name in ("observation_branches", "counterfactuals", "recovery_branches", "token_branches")
-                 if getattr(self, name)]
-        if grown:
-            raise ValueError(f"engine harmony_guard plays root episodes only; unset {', '.join(grown)}")
+        if self.tree is not None:
+            raise ValueError(f"engine harmony_guard plays root episodes only; unset engine.tree "
+                             f"({self.tree.registry_name})")
         return self
 
     def roles(self) -> set[str]:

@@ -83,9 +83,8 @@ class Retroformer(MultiTurn):
 
     @model_validator(mode="after")
     def _no_branches(self) -> "Retroformer":
-        if self.observation_branches or self.counterfactuals or self.recovery_branches or self.token_branches:
-            raise ValueError("engine retroformer grows no rollout trees: leave observation_branches, counterfactuals, "
-                             "recovery_branches and token_branches at their defaults")
+        if self.tree is not None:
+            raise ValueError(f"engine retroformer grows no rollout trees: unset engine.tree ({self.tree.registry_name})")
         return self
 
     def roles(self) -> set[str]:
