@@ -11,13 +11,13 @@ import textwrap
 
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
-from polo.policy.control.base import CONTROL_POLICIES
+from polo.control.policies.base import CONTROL_POLICIES
 from polo.roles.base import ROLES
 from polo.engines.base import ENGINES
 from polo.prompt_samplers.base import PROMPT_SAMPLERS
 from polo.train.config import RECIPES_DIR
-from polo.train.control.method import CONTROL_METHODS
-from polo.train.control.recipe import CONTROL_RECIPES_DIR
+from polo.control.methods.base import CONTROL_METHODS
+from polo.control.recipe import CONTROL_RECIPES_DIR
 from polo.train.yaml_files import read_yaml_mapping
 
 STAGE_KEYS = ("engine", "prompt_sampler", "shaping", "advantage", "credit", "policy_loss", "aggregation",
@@ -100,7 +100,7 @@ def recipe_rows() -> list[dict]:
 
 
 def control_recipe_rows() -> list[dict]:
-    """One row per shipped control recipe (polo/recipes/control): its method, policy and environment, the
+    """One row per shipped control recipe (polo/control/recipes): its method, policy and environment, the
     papers of the method and the policy, and the weaker provenance of the two."""
     rows = []
     for path in sorted(CONTROL_RECIPES_DIR.glob("*.yaml")):
@@ -160,7 +160,7 @@ def catalog_markdown() -> str:
         parts = "<br>".join(f"{k}: `{'`, `'.join(v)}`" for k, v in row["parts"].items() if v)
         out.append(f"| `{row['recipe']}` | {row['description']} | {parts} | {'; '.join(row['papers'])} | "
                    f"{row['provenance']} |")
-    out += ["", "## Control methods (recipes in polo/recipes/control)", "",
+    out += ["", "## Control methods (recipes in polo/control/recipes)", "",
             "| recipe | method | policy | environment | papers | provenance |", "| --- | --- | --- | --- | --- | --- |"]
     for row in control_recipe_rows():
         out.append(f"| `{row['recipe']}` | {row['description']} (`{row['method']}`) | `{row['policy'] or '-'}` | "

@@ -94,8 +94,8 @@ def _eval_control(run: Path) -> int:
     """``polo eval`` of a control run: its method's evaluation of the last checkpoint (deterministic policy)."""
     from polo.core.registry import ConfigError
     from polo.train.checkpoint import latest_checkpoint
-    from polo.train.control.recipe import load_control_run_config
-    from polo.train.control.trainer import ControlTrainer
+    from polo.control.recipe import load_control_run_config
+    from polo.control.trainer import ControlTrainer
 
     ckpt = latest_checkpoint(run)
     if ckpt is None:
@@ -109,8 +109,8 @@ def _eval_control(run: Path) -> int:
 def _control_run(args) -> int | None:
     """``polo train`` of a control recipe (``kind: control``) or ``--resume`` of a control run; None otherwise."""
     from polo.core.registry import ConfigError
-    from polo.train.control.recipe import control_recipe_path, load_control_recipe
-    from polo.train.control.trainer import ControlTrainer, resume_control
+    from polo.control.recipe import control_recipe_path, load_control_recipe
+    from polo.control.trainer import ControlTrainer, resume_control
 
     if args.resume:
         if not _is_control_run(Path(args.resume)):
@@ -362,7 +362,7 @@ def cmd_config(args) -> int:
     from polo.config_reference import resolved_text
     from polo.train.config import load_recipe
 
-    from polo.train.control.recipe import control_recipe_path, dump_tree, load_control_recipe
+    from polo.control.recipe import control_recipe_path, dump_tree, load_control_recipe
 
     recipe, overrides = args.recipe, list(args.overrides)
     if recipe and "=" in recipe:  # `polo config optim.lr=1e-3`: overrides of the defaults
