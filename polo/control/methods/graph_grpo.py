@@ -24,6 +24,7 @@ from polo.control.envs.vector import EnvSettings
 from polo.control.policies.categorical import BernoulliPolicy
 from polo.control.policies.value import CriticSettings
 from polo.control.methods.base import CONTROL_METHODS
+from polo.control.methods.epochs import clipped_step, minibatch_epochs
 from polo.control.methods.ppo import PPO
 
 
@@ -100,32 +101,17 @@ class GraphGRPO(PPO):
             adv = choice_advantages(x, rewards, self.eps)[:, None, :]
         else:
             adv = graph_advantages(rewards, self.eps)[:, :, None]
-        q = x.shape[0]
-        size = max(1, q // self.minibatches)
         params = [p for g in self._optimizer.param_groups for p in g["params"]]
-        sums: dict[str, float] = {}
-        count = 0
-        self._policy.train()
-        for _ in range(self.epochs):
-            order = torch.randperm(q, generator=self._generator)
-            for start in range(0, q - size + 1, size):
-                idx = order[start:start + size]
-                logits = self._policy.logits(obs[idx])
-                loss, metrics = graph_grpo_loss(logits, self._reference.logits(obs[idx]), x[idx], adv[idx], self.beta)
-                entropy = bernoulli_entropy(logits).sum(-1).mean()
-                loss = loss - self.ent_coef * entropy
-                self._optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-                self._optimizer.step()
-                stats = {**{k: float(v) for k, v in metrics.items()}, "policy/entropy": float(entropy.detach()),
-                         "optim/grad_norm": float(grad_norm)}
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
-                count += 1
-        self._policy.end_update()
-        self._policy.eval()
-        row = {k: v / count for k, v in sums.items()}
+
+        def step(idx: torch.Tensor) -> dict[str, float]:
+            logits = self._policy.logits(obs[idx])
+            loss, metrics = graph_grpo_loss(logits, self._reference.logits(obs[idx]), x[idx], adv[idx], self.beta)
+            entropy = bernoulli_entropy(logits).sum(-1).mean()
+            grad_norm = clipped_step(self._optimizer, params, loss - self.ent_coef * entropy, self.max_grad_norm)
+            return {**{k: float(v) for k, v in metrics.items()}, "policy/entropy": float(entropy.detach()),
+                    "optim/grad_norm": grad_norm}
+
+        row = minibatch_epochs(self._policy, x.shape[0], self.epochs, self.minibatches, self._generator, step)
         row.update({"adv/valid_fraction": float((x.sum(1) > 0).float().mean()),
                     "adv/abs_mean": float((adv.abs() * x).sum() / x.sum().clamp_min(1)),
                     "optim/lr": self._optimizer.param_groups[0]["lr"]})

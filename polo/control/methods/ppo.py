@@ -27,6 +27,7 @@ from polo.control.policies.value import CriticSettings
 from polo.control.engines.base import CONTROL_ENGINES
 from polo.control.engines.gym import action_rows, env_action, obs_tensor
 from polo.control.methods.base import CONTROL_METHODS, ControlMethod
+from polo.control.methods.epochs import clipped_step, minibatch_epochs
 
 
 def adapt_kl_lr(lr: float, kl: float, desired: float) -> float:
@@ -179,29 +180,17 @@ class PPO(ControlMethod):
 
     def update(self, batch) -> dict[str, float]:
         steps = self.step_tensors(batch)
-        n = steps["obs"].shape[0]
-        size = max(1, n // self.minibatches)
         params = [p for g in self._optimizer.param_groups for p in g["params"]]
-        sums: dict[str, float] = {}
-        count, kls = 0, []
-        self._policy.train()
-        for _ in range(self.epochs):
-            order = torch.randperm(n, generator=self._generator)
-            for start in range(0, n - size + 1, size):
-                stats = self.minibatch_step({k: v[order[start:start + size]] for k, v in steps.items()}, params)
-                kls.append(stats["policy/kl"])
-                count += 1
-                for k, v in stats.items():
-                    sums[k] = sums.get(k, 0.0) + v
+
+        def after_epoch(means: dict[str, float], last: dict[str, float]) -> bool:
             if self.lr_schedule == "kl_adaptive":
-                kl = sum(kls) / len(kls)
                 for g in self._optimizer.param_groups:
-                    g["lr"] = adapt_kl_lr(g["lr"], kl, self.desired_kl)
-            if self.target_kl is not None and stats["policy/approx_kl"] > self.target_kl:
-                break
-        self._policy.end_update()
-        self._policy.eval()
-        row = {k: v / max(count, 1) for k, v in sums.items()}
+                    g["lr"] = adapt_kl_lr(g["lr"], means["policy/kl"], self.desired_kl)
+            return self.target_kl is not None and last["policy/approx_kl"] > self.target_kl
+
+        row = minibatch_epochs(self._policy, steps["obs"].shape[0], self.epochs, self.minibatches, self._generator,
+                               lambda rows: self.minibatch_step({k: v[rows] for k, v in steps.items()}, params),
+                               after_epoch)
         values, returns = steps["values"], steps["returns"]
         row["value/explained_variance"] = float(1 - (returns - values).var() / returns.var().clamp_min(1e-12))
         row["optim/lr"] = self._optimizer.param_groups[0]["lr"]
@@ -228,10 +217,7 @@ class PPO(ControlMethod):
         loss = pg - self.ent_coef * entropy + self.vf_coef * v_loss
         if score.aux_loss is not None:
             loss = loss + score.aux_loss
-        self._optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        self._optimizer.step()
+        grad_norm = clipped_step(self._optimizer, params, loss, self.max_grad_norm)
         with torch.no_grad():
             log_ratio = score.logp.detach() - mb["old_logp"]  # [M] or [M, factors]
             ratio = log_ratio.exp()
@@ -241,7 +227,7 @@ class PPO(ControlMethod):
                      "policy/entropy": float(entropy.detach()), "policy/approx_kl": approx_kl,
                      "policy/kl": float(score.kl.mean()) if score.kl is not None else approx_kl,
                      "policy/clip_frac": float(((ratio - 1).abs() > clip).float().mean()),
-                     "optim/grad_norm": float(grad_norm)}
+                     "optim/grad_norm": grad_norm}
         if score.aux_loss is not None:
             stats["loss/aux"] = float(score.aux_loss.detach())
         stats.update({f"policy/{k}": float(v) for k, v in out.metrics.items()})
