@@ -23,8 +23,8 @@ import torch
 
 from cleanrl_ppo_continuous import Agent, Args, Rollout, update
 from common import interleaved, median, paired_ratio, parse_args, print_table
-from polo.control.envs.vector import EnvSettings, make_vector_env
 from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.envs.vector import EnvSettings, make_vector_env
 from polo.control.recipe import load_control_recipe
 
 GAMMA = 0.9

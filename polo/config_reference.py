@@ -165,8 +165,8 @@ def _section_rows(items: list[Key]) -> list[list[str]]:
 
 def control_reference() -> list[str]:
     """The keys of control recipes (``kind: control``): the run's own, each method's, each control policy's."""
-    from polo.control.policies.base import CONTROL_POLICIES
     from polo.control.methods.base import CONTROL_METHODS
+    from polo.control.policies.base import CONTROL_POLICIES
     from polo.control.recipe import ControlRecipe
 
     header = ["key", "type", "default", "description"]

@@ -9,9 +9,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field
 
+from polo.control.methods.base import CONTROL_METHODS, ControlMethod
 from polo.core.registry import ConfigError, Settings
 from polo.train.config import parse_overrides, resolve_shipped
-from polo.control.methods.base import CONTROL_METHODS, ControlMethod
 from polo.train.yaml_files import read_yaml_mapping
 
 CONTROL_RECIPES_DIR = Path(__file__).resolve().parent / "recipes"

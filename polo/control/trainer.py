@@ -11,11 +11,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from polo.control.recipe import (EXTENDABLE, ControlRecipe, default_control_run_dir, dump_tree,
+                                       load_control_recipe, load_control_run_config)
 from polo.core.registry import ConfigError
 from polo.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from polo.train.config import config_changes
-from polo.control.recipe import (EXTENDABLE, ControlRecipe, default_control_run_dir, dump_tree,
-                                       load_control_recipe, load_control_run_config)
 from polo.train.files import write_text_atomic
 from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog

@@ -17,11 +17,11 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.envs.snapshot import restore, snapshot
+from polo.control.envs.vector import EnvSettings, finished_episodes, make_vector_env
 from polo.core.batch import RolloutBatch
 from polo.core.registry import Component
-from polo.control.envs.snapshot import restore, snapshot
-from polo.control.engines.base import CONTROL_ENGINES
-from polo.control.envs.vector import EnvSettings, finished_episodes, make_vector_env
 
 
 def obs_tensor(obs: Any) -> Tensor:

@@ -35,10 +35,10 @@ import math
 import numpy as np
 import torch
 
+from polo.control.envs.registration import gymnasium
 from polo.control.math.mappo_pis import (IDLE, MERGE, agent_rewards, intent_paths, merge_priority, safety_rooms,
                                          shield_action)
 from polo.core.registry import ConfigError
-from polo.control.envs.registration import gymnasium
 
 gym = gymnasium()
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from polo.control.math.marl_dse import bin_index, dse_reward
 from polo.control.envs.registration import gymnasium
+from polo.control.math.marl_dse import bin_index, dse_reward
 
 DRAM_KNOBS: tuple[tuple[str, int], ...] = (
     ("page_policy", 4), ("scheduler", 3), ("scheduler_buffer", 3), ("request_buffer_size", 8),

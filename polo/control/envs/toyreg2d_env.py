@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from polo.control.math.morphseek import folding_fraction, hard_dice, to_pixels, warp
 from polo.control.envs.registration import gymnasium
 from polo.control.envs.toyreg2d import toyreg2d_pairs
+from polo.control.math.morphseek import folding_fraction, hard_dice, to_pixels, warp
 
 gym = gymnasium()
 

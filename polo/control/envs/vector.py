@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from polo.core.registry import Settings
 from polo.control.envs.registration import gymnasium, register_builtin_environments
+from polo.core.registry import Settings
 
 
 class EnvSettings(Settings):

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from polo.core.advantages.group import GRPO
 from polo.control.math.distributions import diag_gaussian_logp
+from polo.core.advantages.group import GRPO
 
 LdvnScale = Literal["one", "sqrt_n", "n"]
 

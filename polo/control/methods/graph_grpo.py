@@ -17,15 +17,15 @@ from typing import Any, Callable, Literal
 import torch
 from pydantic import Field, model_validator
 
+from polo.control.envs.vector import EnvSettings
 from polo.control.math.distributions import bernoulli_entropy
 from polo.control.math.graph_grpo import choice_advantages, graph_advantages, graph_grpo_loss
-from polo.core.registry import ConfigError
-from polo.control.envs.vector import EnvSettings
-from polo.control.policies.categorical import BernoulliPolicy
-from polo.control.policies.value import CriticSettings
 from polo.control.methods.base import CONTROL_METHODS
 from polo.control.methods.epochs import clipped_step, minibatch_epochs
 from polo.control.methods.ppo import PPO
+from polo.control.policies.categorical import BernoulliPolicy
+from polo.control.policies.value import CriticSettings
+from polo.core.registry import ConfigError
 
 
 @CONTROL_METHODS.register("graph_grpo")

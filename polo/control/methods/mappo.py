@@ -22,13 +22,13 @@ from typing import Any, Callable, Literal
 import torch
 from pydantic import Field
 
-from polo.core.registry import ConfigError
 from polo.control.envs.vector import EnvSettings
+from polo.control.methods.base import CONTROL_METHODS
+from polo.control.methods.ppo import PPO
 from polo.control.policies.agent_q import AgentQNetwork
 from polo.control.policies.spaces import flat_dim
 from polo.control.policies.value import CriticSettings
-from polo.control.methods.base import CONTROL_METHODS
-from polo.control.methods.ppo import PPO
+from polo.core.registry import ConfigError
 
 
 class MultiAgentCriticSettings(CriticSettings):

@@ -23,12 +23,12 @@ from typing import Any, Callable, ClassVar
 import torch
 from pydantic import Field, model_validator
 
+from polo.control.envs.toyreg2d import RegistrationPairs, toyreg2d_dataset
 from polo.control.math.morphseek import (compose, folding_fraction, gaussian_kl, group_advantages, hard_dice,
                                          registration_reward, smoothness, soft_dice_loss, to_pixels, warp)
-from polo.control.envs.toyreg2d import RegistrationPairs, toyreg2d_dataset
+from polo.control.methods.base import CONTROL_METHODS, ControlMethod
 from polo.control.policies.base import CONTROL_POLICIES
 from polo.control.policies.latent import LatentPolicySettings, LatentRegistrationNet
-from polo.control.methods.base import CONTROL_METHODS, ControlMethod
 
 
 @CONTROL_METHODS.register("morphseek")

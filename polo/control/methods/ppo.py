@@ -16,18 +16,18 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
+from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.engines.gym import action_rows, env_action, obs_tensor
+from polo.control.envs.vector import EnvSettings, freeze_normalization, make_vector_env
+from polo.control.methods.base import CONTROL_METHODS, ControlMethod
+from polo.control.methods.epochs import clipped_step, minibatch_epochs
+from polo.control.policies.base import CONTROL_POLICIES
+from polo.control.policies.spaces import flat_dim
+from polo.control.policies.value import CriticSettings
 from polo.core.aggregation import StepCounts
 from polo.core.losses.value import clipped_value_loss
 from polo.core.registry import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES
 from polo.core.segment import masked_whiten
-from polo.control.envs.vector import EnvSettings, freeze_normalization, make_vector_env
-from polo.control.policies.base import CONTROL_POLICIES
-from polo.control.policies.spaces import flat_dim
-from polo.control.policies.value import CriticSettings
-from polo.control.engines.base import CONTROL_ENGINES
-from polo.control.engines.gym import action_rows, env_action, obs_tensor
-from polo.control.methods.base import CONTROL_METHODS, ControlMethod
-from polo.control.methods.epochs import clipped_step, minibatch_epochs
 
 
 def adapt_kl_lr(lr: float, kl: float, desired: float) -> float:

@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from polo.control.math.qoed import (active_parameters, cem_minimize, central_jacobian, fd_steps,
-                                    fisher_information, gaussian_posterior_cov, identifiable_mask, information,
-                                    perturbed_thetas)
 from polo.control.envs.registration import gymnasium, register_builtin_environments
 from polo.control.envs.unicycle_id import (THETA_PRIOR_MEAN, THETA_PRIOR_STD, WHEEL_GAINS, identifiable_parameters,
                                            mass_ratios, observation_difference, unicycle_observe, unicycle_step)
-from polo.control.policies.mppi import MPPIPlanner, MPPISettings
+from polo.control.math.qoed import (active_parameters, cem_minimize, central_jacobian, fd_steps,
+                                    fisher_information, gaussian_posterior_cov, identifiable_mask, information,
+                                    perturbed_thetas)
 from polo.control.methods.base import CONTROL_METHODS, ControlMethod
+from polo.control.policies.mppi import MPPIPlanner, MPPISettings
 
 DTYPE = torch.float64
 """The Schur complement of near-collinear parameters is ill-conditioned: the belief and every FIM are float64."""

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from polo.control.math.stl import metropolis_hastings, uniform_allocation
-from polo.core.registry import ConfigError
-from polo.control.envs.vector import EnvSettings
 from polo.control.engines.gym import obs_tensor
+from polo.control.envs.vector import EnvSettings
+from polo.control.math.stl import metropolis_hastings, uniform_allocation
 from polo.control.methods.base import CONTROL_METHODS
 from polo.control.methods.ppo import PPO
+from polo.core.registry import ConfigError
 
 
 @CONTROL_METHODS.register("tgpo")

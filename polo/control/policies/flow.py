@@ -22,10 +22,10 @@ from torch import Tensor, nn
 from polo.control.math.distributions import diag_gaussian_entropy, diag_gaussian_logp
 from polo.control.math.flow import (Interpolation, brownian_penalty, clamp_log_std, delta_gaussian_kl, interpolate,
                                     midpoint_integrate, ratio_times, solver_times)
-from polo.core.registry import ConfigError
 from polo.control.policies.base import CONTROL_POLICIES, ActionScore, ControlPolicy, ControlPolicySettings
 from polo.control.policies.nets import mlp, orthogonal_linear
 from polo.control.policies.spaces import flat_dim
+from polo.core.registry import ConfigError
 
 
 class PositionalTimeEmbedding(nn.Module):

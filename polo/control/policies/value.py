@@ -4,8 +4,8 @@ from __future__ import annotations
 from pydantic import Field
 from torch import Tensor, nn
 
-from polo.core.registry import Settings
 from polo.control.policies.nets import mlp
+from polo.core.registry import Settings
 
 
 class ValueNetwork(nn.Module):
