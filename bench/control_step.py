@@ -23,9 +23,9 @@ import torch
 
 from cleanrl_ppo_continuous import Agent, Args, Rollout, update
 from common import interleaved, median, paired_ratio, parse_args, print_table
-from polo.envs.control.vector import EnvSettings, make_vector_env
-from polo.engines.base import ENGINES
-from polo.train.control.recipe import load_control_recipe
+from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.envs.vector import EnvSettings, make_vector_env
+from polo.control.recipe import load_control_recipe
 
 GAMMA = 0.9
 EPOCHS, MINIBATCHES = 10, 64
@@ -84,7 +84,7 @@ def floor_loop(agent: Agent, envs, t: int):
 
 def rollout_case(env_id: str, n: int, t: int, reps: int) -> list:
     method = polo_method(env_id, n, t)
-    engine = ENGINES.build({"name": "gym", "num_steps": t}, "engine")
+    engine = CONTROL_ENGINES.build({"name": "gym", "num_steps": t}, "engine")
     engine.start(EnvSettings(id=env_id, num_envs=n), GAMMA, seed=0)
     policy, critic, generator = method._policy, method._critic, torch.Generator().manual_seed(0)
     agent = agent_like(method)

@@ -9,15 +9,15 @@ import re
 import sys
 import textwrap
 
+from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.methods.base import CONTROL_METHODS
+from polo.control.policies.base import CONTROL_POLICIES
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
-from polo.policy.control.base import CONTROL_POLICIES
-from polo.roles.base import ROLES
 from polo.engines.base import ENGINES
+from polo.kinds import RUN_KINDS
 from polo.prompt_samplers.base import PROMPT_SAMPLERS
-from polo.train.config import RECIPES_DIR
-from polo.train.control.method import CONTROL_METHODS
-from polo.train.control.recipe import CONTROL_RECIPES_DIR
+from polo.roles.base import ROLES
 from polo.train.yaml_files import read_yaml_mapping
 
 STAGE_KEYS = ("engine", "prompt_sampler", "shaping", "advantage", "credit", "policy_loss", "aggregation",
@@ -26,7 +26,7 @@ PROVENANCE_ORDER = ("CODE", "PAPER", "SECONDARY", "RECONSTRUCTED")
 REGISTRIES = {"engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "shaping": SHAPING, "advantage": ADVANTAGES,
               "credit": CREDIT, "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS,
               "regularizers": REGULARIZERS, "optimizer_hook": OPTIMIZER_HOOKS}
-ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES)
+ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES, CONTROL_ENGINES)
 DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if registry.default}
 
 
@@ -88,7 +88,7 @@ def _names(value) -> list[str]:
 def recipe_rows() -> list[dict]:
     """One row per shipped recipe: its components per stage, papers and weakest provenance."""
     rows = []
-    for path in sorted(RECIPES_DIR.glob("*.yaml")):
+    for path in RUN_KINDS["lm"].recipes():
         tree = read_yaml_mapping(path, "a recipe")
         parts = {k: _names(tree.get(k, DEFAULTS.get(k))) for k in STAGE_KEYS}
         classes = [REGISTRIES[k].get(n) for k in REGISTRIES for n in parts[k] if n in REGISTRIES[k]]
@@ -100,10 +100,10 @@ def recipe_rows() -> list[dict]:
 
 
 def control_recipe_rows() -> list[dict]:
-    """One row per shipped control recipe (polo/recipes/control): its method, policy and environment, the
+    """One row per shipped control recipe (polo/control/recipes): its method, policy and environment, the
     papers of the method and the policy, and the weaker provenance of the two."""
     rows = []
-    for path in sorted(CONTROL_RECIPES_DIR.glob("*.yaml")):
+    for path in RUN_KINDS["control"].recipes():
         tree = read_yaml_mapping(path, "a recipe")
         method = CONTROL_METHODS.get(tree.get("method", CONTROL_METHODS.default))
         policy_name = _names(tree.get("policy"))
@@ -160,7 +160,7 @@ def catalog_markdown() -> str:
         parts = "<br>".join(f"{k}: `{'`, `'.join(v)}`" for k, v in row["parts"].items() if v)
         out.append(f"| `{row['recipe']}` | {row['description']} | {parts} | {'; '.join(row['papers'])} | "
                    f"{row['provenance']} |")
-    out += ["", "## Control methods (recipes in polo/recipes/control)", "",
+    out += ["", "## Control methods (recipes in polo/control/recipes)", "",
             "| recipe | method | policy | environment | papers | provenance |", "| --- | --- | --- | --- | --- | --- |"]
     for row in control_recipe_rows():
         out.append(f"| `{row['recipe']}` | {row['description']} (`{row['method']}`) | `{row['policy'] or '-'}` | "

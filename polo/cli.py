@@ -17,14 +17,7 @@ def _log(msg: str) -> None:
     console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {msg}")
 
 
-def _language_model_info(row: dict) -> tuple[str, bool]:
-    info = f"reward {row['reward/total']:.3f}  acc {row['train/accuracy']:.3f}"
-    if "eval/greedy_accuracy" in row:
-        return info + f"  eval {row['eval/greedy_accuracy']:.3f}", True
-    return info, False
-
-
-def _progress_bar(total: int, start: int, describe=_language_model_info):
+def _progress_bar(total: int, start: int, describe):
     """A rich progress bar and its ``update(step, row)``; ``describe(row)`` → (text, whether it is an evaluation
     row, which is also logged when the console is not a terminal)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,111 +35,18 @@ def _progress_bar(total: int, start: int, describe=_language_model_info):
     return bar, update
 
 
+def _ui():
+    """The log, progress bar and console a kind's commands print with (polo.kinds.Ui)."""
+    from polo.kinds import Ui
+
+    return Ui(_log, _progress_bar, console)
+
+
 def cmd_train(args) -> int:
-    from polo.core.registry import ConfigError
-    from polo.train.config import default_run_dir, load_recipe, load_run_config, with_plugins
-    from polo.train.ray_learners import train_on_ray
-    from polo.train.trainer import Trainer, resume
+    from polo.kinds import recipe_kind, run_kind
 
-    control = _control_run(args)
-    if control is not None:
-        return control
-    on_ray = "WORLD_SIZE" not in os.environ  # under torchrun, torchrun's ranks are the learners
-    if args.resume:
-        extra = [args.recipe] if args.recipe else []
-        if any("=" not in e for e in extra) or args.run_dir:
-            raise ConfigError("polo train --resume RUN takes no recipe and no --run-dir: the run's config.yaml is "
-                              "its recipe (only train.steps=N and train.max_minutes=M may extend it)")
-        overrides = [*extra, *args.overrides]
-        recipe = load_run_config(Path(args.resume), overrides)
-        if on_ray and recipe.dist.learners > 1:
-            return _report(train_on_ray(recipe, Path(args.resume), resume_overrides=overrides), Path(args.resume))
-        trainer = resume(Path(args.resume), _log, overrides)
-    else:
-        if not args.recipe:
-            raise SystemExit("polo train: give a RECIPE or --resume RUN")
-        recipe = with_plugins(load_recipe(args.recipe, args.overrides), args.plugin)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(recipe)
-        if run_dir.exists() and not run_dir.is_dir():
-            raise ConfigError(f"--run-dir {str(run_dir)!r} is a file, not a folder")
-        if on_ray and recipe.dist.learners > 1:
-            _log(f"run folder: {run_dir} ({recipe.dist.learners} data-parallel learners on Ray)")
-            return _report(train_on_ray(recipe, run_dir), run_dir)
-        trainer = Trainer(recipe, run_dir, _log)
-    if not trainer.data_parallel.is_main:  # a data-parallel learner's other ranks: rank 0 reports
-        trainer.run()
-        return 0
-    _log(f"run folder: {trainer.run_dir}")
-    bar, update = _progress_bar(trainer.recipe.train.steps, trainer.step_count)
-    with bar:
-        rows = trainer.run(update)
-    return _report(rows, trainer.run_dir)
-
-
-def _is_control_run(run: Path) -> bool:
-    from polo.train.yaml_files import read_yaml_mapping
-
-    config = run / "config.yaml"
-    return config.is_file() and read_yaml_mapping(config, "a run configuration").get("kind") == "control"
-
-
-def _eval_control(run: Path) -> int:
-    """``polo eval`` of a control run: its method's evaluation of the last checkpoint (deterministic policy)."""
-    from polo.core.registry import ConfigError
-    from polo.train.checkpoint import latest_checkpoint
-    from polo.train.control.recipe import load_control_run_config
-    from polo.train.control.trainer import ControlTrainer
-
-    ckpt = latest_checkpoint(run)
-    if ckpt is None:
-        raise ConfigError(f"{run} has no checkpoint that verifies")
-    trainer = ControlTrainer(load_control_run_config(run), run, log=lambda m: None)
-    trainer.restore(ckpt)
-    print(json.dumps({"checkpoint": str(ckpt), "iteration": trainer.iteration, **trainer.method.evaluate()}, indent=2))
-    return 0
-
-
-def _control_run(args) -> int | None:
-    """``polo train`` of a control recipe (``kind: control``) or ``--resume`` of a control run; None otherwise."""
-    from polo.core.registry import ConfigError
-    from polo.train.control.recipe import control_recipe_path, load_control_recipe
-    from polo.train.control.trainer import ControlTrainer, resume_control
-
-    if args.resume:
-        if not _is_control_run(Path(args.resume)):
-            return None
-        extra = [args.recipe] if args.recipe else []
-        if any("=" not in e for e in extra) or args.run_dir:
-            raise ConfigError("polo train --resume RUN takes no recipe and no --run-dir")
-        trainer = resume_control(Path(args.resume), _log, [*extra, *args.overrides])
-    else:
-        path = control_recipe_path(args.recipe) if args.recipe else None
-        if path is None:
-            return None
-        trainer = ControlTrainer(load_control_recipe(path, args.overrides), args.run_dir, _log)
-    _log(f"run folder: {trainer.run_dir}")
-    headline = trainer.headline
-
-    def describe(row: dict) -> tuple[str, bool]:
-        info = "  ".join(f"{k.split('/')[-1]} {row[k]:.3f}" for k in ("train/episode_return",) if k in row)
-        if headline in row:
-            return f"{info}  {headline} {row[headline]:.3f}", True
-        return info, False
-
-    bar, update = _progress_bar(trainer.method.iterations, trainer.iteration, describe)
-    with bar:
-        rows = trainer.run(update)
-    evals = [r for r in rows if headline in r]
-    _log(f"{headline}: {evals[0][headline]:.3f} (iteration {evals[0]['step']}) -> {evals[-1][headline]:.3f} "
-         f"(iteration {evals[-1]['step']}); curves: {trainer.run_dir / 'curves.png'}")
-    return 0
-
-
-def _report(rows: list[dict], run_dir: Path) -> int:
-    evals = [r for r in rows if "eval/greedy_accuracy" in r]
-    _log(f"held-out greedy accuracy: {evals[0]['eval/greedy_accuracy']:.3f} (step {evals[0]['step']}) -> "
-         f"{evals[-1]['eval/greedy_accuracy']:.3f} (step {evals[-1]['step']}); curves: {run_dir / 'curves.png'}")
-    return 0
+    kind = run_kind(Path(args.resume)) if args.resume else recipe_kind(args.recipe)
+    return kind.train(args, _ui())
 
 
 def cmd_sft(args) -> int:
@@ -194,78 +94,14 @@ def cmd_pairs(args) -> int:
     return 0
 
 
-def _plugin_hint(run: Path, err: Exception, plugins: list[str]) -> str:
-    """For an unknown name in a run that recorded no plugin files: the hint that it probably needs one."""
-    from polo.train.yaml_files import read_yaml_mapping
-
-    if "; valid " not in str(err) or plugins or read_yaml_mapping(run / "config.yaml", "a run's config").get("plugins"):
-        return ""
-    return (f" ({run} recorded no plugin file: if it was trained with one, it probably needs "
-            f"polo --plugin FILE eval {run})")
-
-
 def cmd_eval(args) -> int:
     from polo.core.registry import ConfigError
-    from polo.tasks import build_task
-    from polo.train.config import load_recipe
-    from polo.engines.accuracy import accuracy
-    from polo.train.export import checkpoint_policy
-    from polo.train.trainer import max_new_tokens, set_threads
+    from polo.kinds import run_kind
 
     run = Path(args.run)
     if not (run / "config.yaml").is_file():
         raise ConfigError(f"{run} is not a run folder (no config.yaml)")
-    if _is_control_run(run):
-        if args.grue:
-            raise ConfigError(f"{run} is a control run: polo eval --grue evaluates language-model runs")
-        return _eval_control(run)
-    if args.size is not None and args.size < 1:
-        raise ConfigError(f"--size must be at least 1, got {args.size}")
-    if args.show < 0:
-        raise ConfigError(f"--show must be 0 or more, got {args.show}")
-    if not args.grue and any(v is not None for v in (args.samples, args.seed, args.reference, args.step, args.unit)):
-        raise ConfigError("--samples, --seed, --reference, --step and --unit belong to polo eval --grue")
-    try:
-        recipe = load_recipe(run / "config.yaml")
-        task = build_task(recipe.task)
-    except ConfigError as err:
-        raise ConfigError(f"{err}{_plugin_hint(run, err, args.plugin)}") from None
-    set_threads(recipe)
-    if args.grue:
-        from polo.train.grue import grue_evaluate, grue_table
-
-        result = grue_evaluate(run, recipe, task, step=args.step, size=args.size, seed=args.seed,
-                               samples=4 if args.samples is None else args.samples, reference_path=args.reference,
-                               unit=args.unit or "words", log=_log)
-        print(grue_table(result))
-        _log(f"GRUE result: {result['file']}")
-        return 0
-    policy, ckpt = checkpoint_policy(run, recipe, log=_log)  # the checkpoint holds every weight: no warm start
-    test = task.examples("test", args.size or recipe.train.eval_size, seed=recipe.seed)
-    n_new = max_new_tokens(recipe, task)
-    result = {
-        "checkpoint": str(ckpt),
-        "examples": len(test),
-        "greedy_accuracy": accuracy(policy, task, test, n_new, greedy=True),
-        "sampled_accuracy": accuracy(policy, task, test, n_new, greedy=False,
-                                     temperature=recipe.rollout.temperature, seed=recipe.seed),
-    }
-    print(json.dumps(result, indent=2))
-    if args.show:
-        _show_completions(policy, task, test[: args.show], n_new)
-    return 0
-
-
-def _show_completions(policy, task, examples, max_new: int) -> None:
-    """A table (on stderr, beside the log) of ``examples`` with their greedy completions and verdicts."""
-    from rich.markup import escape
-
-    from polo.engines.accuracy import completions
-    from polo.train.samples import render_table
-
-    rows = [{"prompt": e.prompt, "greedy completion": text, "answer": e.answer, "correct": task.is_correct(text, e)}
-            for e, text in zip(examples, completions(policy, examples, max_new))]
-    console.print(escape(render_table(rows, f"{len(rows)} test problems")), highlight=False)
+    return run_kind(run).evaluate(args, _ui())
 
 
 def cmd_rm(args) -> int:
@@ -359,19 +195,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_config(args) -> int:
-    from polo.config_reference import resolved_text
-    from polo.train.config import load_recipe
-
-    from polo.train.control.recipe import control_recipe_path, dump_tree, load_control_recipe
+    from polo.kinds import recipe_kind
 
     recipe, overrides = args.recipe, list(args.overrides)
     if recipe and "=" in recipe:  # `polo config optim.lr=1e-3`: overrides of the defaults
         recipe, overrides = None, [recipe, *overrides]
-    control = control_recipe_path(recipe) if recipe else None
-    if control is not None:  # a control recipe: every setting, defaults filled in (docs/config.md describes them)
-        print(dump_tree(load_control_recipe(control, overrides).tree()), end="")
-        return 0
-    print(resolved_text(load_recipe(recipe or {}, overrides)))
+    print(recipe_kind(recipe).config_text(recipe, overrides), end="")
     return 0
 
 

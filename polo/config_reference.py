@@ -173,14 +173,14 @@ def _section_rows(items: list[Key]) -> list[list[str]]:
 
 def control_reference() -> list[str]:
     """The keys of control recipes (``kind: control``): the run's own, each method's, each control policy's."""
-    from polo.policy.control.base import CONTROL_POLICIES
-    from polo.train.control.method import CONTROL_METHODS
-    from polo.train.control.recipe import ControlRecipe
+    from polo.control.methods.base import CONTROL_METHODS
+    from polo.control.policies.base import CONTROL_POLICIES
+    from polo.control.recipe import ControlRecipe
 
     header = ["key", "type", "default", "description"]
     run = [k for k in keys(ControlRecipe) if k.key != "method" and not k.key.startswith("method.")]
     out = ["", "## Control recipes", "",
-           "A control recipe (`kind: control`, polo/recipes/control, docs/control.md) has the run keys below; "
+           "A control recipe (`kind: control`, polo/control/recipes, docs/control.md) has the run keys below; "
            "`method` names its training loop, and every other top-level key is a setting of that method.", "",
            *_table(header, _key_rows(run))]
     for name, cls in CONTROL_METHODS:

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-LAYERS = [("core",), ("policy", "tasks", "envs", "engines", "inputs", "roles", "prompt_samplers", "evaluation", "rollout",
-                      "dist"), ("methods",), ("train",), ("arena", "cli", "catalog")]
-"""Lowest first; a package imports those of lower layers, and those of its own layer as ``SIDEWAYS`` allows."""
+LAYERS = [("core",), ("policy", "tasks", "envs", "engines", "inputs", "roles", "prompt_samplers", "evaluation", "dist"),
+          ("methods",), ("train",), ("control",), ("arena", "cli", "catalog", "kinds")]
+"""Lowest first; a package imports those of lower layers, and those of its own layer as ``SIDEWAYS`` allows.
+
+``control`` (continuous control, a house of its own with inner layers of its own: tests/control/
+test_control_layers.py) ranks just above ``train``: its math and policies need only ``core``, but its recipe and
+trainer reuse train's run-folder machinery (overrides, checkpoints, the metrics log, the run lock, curves), and
+nothing of the language-model side may depend on control (so ``import polo`` and the language-model registries
+never need the optional gymnasium extra). ``kinds`` (the table of run kinds that ``cli`` and ``catalog`` dispatch
+on) sits with the front ends it serves."""
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 SIDEWAYS = {
     "envs": (),  # text environments: a sandbox they need is passed in by their builder
@@ -26,10 +33,10 @@ SIDEWAYS = {
     "evaluation": ("engines", "policy", "tasks"),  # evaluation samples with the engines' sampler
     "inputs": ("engines", "policy", "tasks", "envs"),  # providers read the engines' rollouts and their episodes
     "prompt_samplers": ("engines",),  # samplers keep groups of the engines' rollouts
-    "rollout": ("engines", "envs"),  # the gym engine of control
     "dist": ("engines", "policy", "tasks"),  # workers run engines and rewards
-    "arena": (), "catalog": (),
-    "cli": ("arena", "catalog"),  # the commands run arenas and list the catalog
+    "arena": (), "kinds": (),
+    "catalog": ("kinds",),  # the catalogue lists each kind's shipped recipes
+    "cli": ("arena", "catalog", "kinds"),  # the commands run arenas, list the catalog and dispatch on the kind
 }
 """Per package of a layer of several, the packages of the same layer it may import; any other import between
 two of them is a sideways import (so is one from a package without a row here: give every new package one)."""

@@ -5,8 +5,8 @@ import json
 from typing import Any
 
 from polo.arena.spec import Arena
+from polo.control.recipe import ControlRecipe
 from polo.train.config import flatten_tree, resolved_tree
-from polo.train.control.recipe import ControlRecipe
 
 ABSENT = "(absent)"
 PROSE = ("description",)

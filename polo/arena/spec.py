@@ -35,9 +35,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from polo.arena.claim_metrics import check_metric
 from polo.arena.summary import ACCURACY
+from polo.control.recipe import ControlRecipe, control_recipe_path, load_control_recipe
 from polo.core.registry import ConfigError, Settings
 from polo.train.config import Recipe, load_recipe, resolve_shipped, validation_message
-from polo.train.control.recipe import ControlRecipe, control_recipe_path, load_control_recipe
 from polo.train.yaml_files import read_yaml_mapping
 
 ARENAS_DIR = Path(__file__).resolve().parent.parent / "arenas"
@@ -172,7 +172,7 @@ class RunSpec:
     recipe: str
     overrides: tuple[str, ...]
     control: bool = False
-    """A control recipe (``kind: control``, polo.train.control)."""
+    """A control recipe (``kind: control``, polo.control.methods)."""
 
     @property
     def name(self) -> str:

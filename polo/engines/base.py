@@ -25,7 +25,7 @@ from polo.tasks.base import Example, Task
 from polo.tasks.reward_calls import RewardContext
 from polo.tasks.rewards import RewardSpec, reward_maxima, score_batch
 
-ENGINES: Registry = Registry("engine", ("polo.engines", METHODS, "polo.rollout"), default="single_turn")
+ENGINES: Registry = Registry("engine", ("polo.engines", METHODS), default="single_turn")
 
 
 @dataclass

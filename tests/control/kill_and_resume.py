@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 from polo.train.checkpoint import checkpoint_steps
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer, resume_control
 
 TIMING = ("time/", "perf/", "elapsed_s")
 """Metric keys that measure the machine, not the run: they differ between two runs of the same seed."""

@@ -6,8 +6,8 @@ import pytest
 
 from polo.cli import main
 from polo.core.registry import ConfigError
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 SMALL = ["env.num_envs=2", "engine.num_steps=64", "total_steps=384", "epochs=2", "minibatches=4", "eval_episodes=2",

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.graph_grpo import bernoulli_kl, choice_advantages, graph_advantages, graph_grpo_loss
+from polo.control.math.graph_grpo import bernoulli_kl, choice_advantages, graph_advantages, graph_grpo_loss
 from polo.core.registry import ConfigError
-from polo.envs.control.agent_graph import AgentGraph
+from polo.control.envs.agent_graph import AgentGraph
 from polo.train.checkpoint import checkpoint_steps, load_checkpoint
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 P = torch.tensor([[0.8, 0.5, 0.3]], dtype=torch.float64)

@@ -7,9 +7,9 @@ import torch
 from gymnasium.spaces import Box
 
 from polo.core.registry import ConfigError
-from polo.policy.control.base import CONTROL_POLICIES
-from polo.policy.control.gaussian import DiagGaussianPolicy, StateDependentGaussianPolicy
-from polo.train.control.recipe import load_control_recipe
+from polo.control.policies.base import CONTROL_POLICIES
+from polo.control.policies.gaussian import DiagGaussianPolicy, StateDependentGaussianPolicy
+from polo.control.recipe import load_control_recipe
 
 OBS, ACT = Box(-1.0, 1.0, (3,), np.float32), Box(-2.0, 2.0, (2,), np.float32)
 

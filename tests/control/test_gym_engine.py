@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
-from polo.envs.control.vector import EnvSettings
-from polo.policy.control.base import CONTROL_POLICIES
+from polo.control.envs.vector import EnvSettings
+from polo.control.policies.base import CONTROL_POLICIES
+from polo.control.engines.base import CONTROL_ENGINES
 from polo.engines.base import ENGINES
-from polo.rollout.gym_engine import action_rows
+from polo.control.engines.gym import action_rows
 
 COUNTER = "polo_test/Counter-v0"
 GAMMA = 0.9
@@ -56,7 +57,7 @@ def critic(obs: torch.Tensor) -> torch.Tensor:
 
 def engine(num_envs=2, num_steps=7, seed=0, bootstrap="off", env_id=COUNTER, plain=True, **kwargs):
     """A started ``gym`` engine; ``plain``: no observation / reward normalisation (the raw counter values)."""
-    eng = ENGINES.build({"name": "gym", "num_steps": num_steps, "bootstrap_truncation": bootstrap}, "engine")
+    eng = CONTROL_ENGINES.build({"name": "gym", "num_steps": num_steps, "bootstrap_truncation": bootstrap}, "engine")
     wrappers = {"normalize_obs": False, "normalize_reward": False} if plain else {}
     eng.start(EnvSettings(id=env_id, num_envs=num_envs, kwargs=kwargs, **wrappers), GAMMA, seed)
     return eng
@@ -130,7 +131,7 @@ def test_bootstrap_truncation_adds_gamma_v_only_on_truncated_steps(mode):
 
 def test_bootstrap_truncation_rejects_unknown_modes():
     with pytest.raises(ConfigError, match="bootstrap_truncation.*'off', 'final_obs' or 'current_obs'"):
-        ENGINES.build({"name": "gym", "bootstrap_truncation": "final"}, "engine")
+        CONTROL_ENGINES.build({"name": "gym", "bootstrap_truncation": "final"}, "engine")
 
 
 @pytest.mark.parametrize("actions,settings,logp_shape,action_shape", [
@@ -181,6 +182,7 @@ def test_state_round_trip_gives_identical_next_rollouts(env_id, kwargs):
     _same_batch(fresh.rollout(policy, value, gen), expected)
 
 
-def test_language_model_recipes_are_refused():
-    with pytest.raises(ConfigError, match="control recipe"):
-        ENGINES.build({"name": "gym"}, "engine").setup()
+def test_language_model_recipes_do_not_know_the_gym_engine():
+    with pytest.raises(ConfigError, match="unknown engine 'gym'"):
+        ENGINES.build({"name": "gym"}, "engine")
+    assert CONTROL_ENGINES.names() == ["gym"]

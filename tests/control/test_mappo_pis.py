@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from polo.core.advantages.gae import gae
-from polo.core.control.mappo_pis import (FASTER, IDLE, MERGE, SLOWER, agent_rewards, headway_cost, intent_paths,
+from polo.control.math.mappo_pis import (FASTER, IDLE, MERGE, SLOWER, agent_rewards, headway_cost, intent_paths,
                                          merge_cost, merge_priority, safety_rooms, shield_action, speed_reward)
 from polo.core.registry import ConfigError
-from polo.rollout.gym_engine import action_rows
+from polo.control.engines.gym import action_rows
 from polo.train.checkpoint import checkpoint_steps
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 ATOL = 1e-4
@@ -134,7 +134,7 @@ def test_per_agent_advantages_in_action_rows():
 
 # ---------------------------------------------------------------------------------------------- environment
 def make(**kwargs):
-    from polo.envs.control.merge1d import Merge1D
+    from polo.control.envs.merge1d import Merge1D
     return Merge1D(**kwargs)
 
 
@@ -288,7 +288,7 @@ def test_the_shield_cuts_collisions_to_a_few_percent(policy):
 
 # ---------------------------------------------------------------------------------------------- shared actor
 def test_shared_actor_scores_each_agent_from_its_own_row():
-    from polo.policy.control.base import CONTROL_POLICIES
+    from polo.control.policies.base import CONTROL_POLICIES
     env = make()
     policy = CONTROL_POLICIES.build({"name": "shared_actor", "agent": {"name": "categorical", "hidden": [16]}},
                                     "policy").build(

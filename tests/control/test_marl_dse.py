@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.marl_dse import bin_index, dse_reward, joint_space_size, logit_count
-from polo.envs.control.synthetic_dram import SIZES, DramModel, SyntheticDRAM, dram_optimum
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.math.marl_dse import bin_index, dse_reward, joint_space_size, logit_count
+from polo.control.envs.synthetic_dram import SIZES, DramModel, SyntheticDRAM, dram_optimum
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 
 SMALL = ["iterations=2", "eval_every=1", "checkpoint_every=2", "env.num_envs=8"]
 

@@ -7,16 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.morphseek import (compose, folding_fraction, gaussian_kl, group_advantages, hard_dice,
+from polo.control.math.morphseek import (compose, folding_fraction, gaussian_kl, group_advantages, hard_dice,
                                          jacobian_det_2d, ldvn_divisor, ldvn_logp, registration_reward, smoothness,
                                          soft_dice_loss, to_pixels, warp)
 from polo.core.registry import ConfigError
 from polo.core.segment import masked_whiten
-from polo.envs.control.toyreg2d import toyreg2d_dataset, toyreg2d_pairs
-from polo.policy.control.base import CONTROL_POLICIES
+from polo.control.envs.toyreg2d import toyreg2d_dataset, toyreg2d_pairs
+from polo.control.policies.base import CONTROL_POLICIES
 from polo.train.checkpoint import checkpoint_steps
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 ATOL = 1e-4
@@ -195,7 +195,7 @@ def test_toyreg2d_pairs_are_seeded_binary_labelled_and_misaligned():
 
 def test_toyreg2d_environment_one_step_episode():
     gym = pytest.importorskip("gymnasium")
-    from polo.envs.control.registration import register_builtin_environments
+    from polo.control.envs.registration import register_builtin_environments
 
     register_builtin_environments()
     env = gym.make("polo/ToyReg2D-v0")

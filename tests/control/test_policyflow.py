@@ -6,15 +6,15 @@ import math
 import pytest
 import torch
 
-from polo.core.control.distributions import diag_gaussian_entropy, diag_gaussian_logp
-from polo.core.control.flow import (brownian_penalty, clamp_log_std, delta_gaussian_kl, interpolate,
+from polo.control.math.distributions import diag_gaussian_entropy, diag_gaussian_logp
+from polo.control.math.flow import (brownian_penalty, clamp_log_std, delta_gaussian_kl, interpolate,
                                     midpoint_integrate, ratio_times, solver_times)
 from polo.core.registry import ConfigError
-from polo.envs.control.registration import gymnasium
-from polo.policy.control.base import CONTROL_POLICIES
+from polo.control.envs.registration import gymnasium
+from polo.control.policies.base import CONTROL_POLICIES
 from polo.train.checkpoint import latest_checkpoint, load_checkpoint
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer, resume_control
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer, resume_control
 from tests.control.kill_and_resume import without_timing
 
 X0, A_PRIOR = torch.tensor([0.5, -1.0]), torch.tensor([1.5, 0.5])

@@ -9,13 +9,13 @@ import torch
 from polo.core.advantages.gae import gae
 from polo.core.aggregation import StepCounts
 from polo.core.batch import RolloutBatch
-from polo.core.control.distributions import (bernoulli_entropy, bernoulli_logp, categorical_entropy,
+from polo.control.math.distributions import (bernoulli_entropy, bernoulli_logp, categorical_entropy,
                                              categorical_logp, diag_gaussian_entropy, diag_gaussian_logp)
 from polo.core.losses.value import clipped_value_loss
 from polo.core.registry import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES
 from polo.core.segment import masked_whiten
-from polo.rollout.gym_engine import action_rows
-from polo.train.control.ppo import adapt_kl_lr
+from polo.control.engines.gym import action_rows
+from polo.control.methods.ppo import adapt_kl_lr
 
 R = torch.tensor([[1.0, 0.0, 2.0, -1.0]])
 V = torch.tensor([[0.5, 0.4, 0.3, 0.6]])

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.qoed import (agnostic_objective, boed_objective, cem_minimize, central_jacobian, fd_steps,
+from polo.control.math.qoed import (agnostic_objective, boed_objective, cem_minimize, central_jacobian, fd_steps,
                                     fisher_information, gaussian_posterior_cov, identifiable_mask, information,
                                     mppi_update, mppi_weights, perturbed_thetas, schur_objective, step_bonus)
 from polo.core.registry import ConfigError
-from polo.envs.control.unicycle_id import (THETA_MIN, THETA_PRIOR_MEAN, THETA_PRIOR_STD, UnicycleID,
+from polo.control.envs.unicycle_id import (THETA_MIN, THETA_PRIOR_MEAN, THETA_PRIOR_STD, UnicycleID,
                                            identifiable_parameters, mass_ratios, observation_difference,
                                            unicycle_observe, unicycle_step)
-from polo.policy.control.mppi import MPPIPlanner, MPPISettings
+from polo.control.policies.mppi import MPPIPlanner, MPPISettings
 from tests.control.kill_and_resume import assert_same_rows
 
 D = torch.float64
@@ -248,7 +248,7 @@ def test_environment_draws_theta_and_is_seeded():
 
 
 def test_environment_is_registered():
-    from polo.envs.control.registration import gymnasium, register_builtin_environments
+    from polo.control.envs.registration import gymnasium, register_builtin_environments
 
     register_builtin_environments()
     env = gymnasium().make("polo/UnicycleID-v0")
@@ -303,8 +303,8 @@ SMALL = ["steps=4", "planner.samples=16", "planner.horizon=4", "cem_samples=64",
 
 @pytest.mark.parametrize("recipe", ["qoed", "qoed_boed", "qoed_agnostic"])
 def test_recipe_smoke(tmp_path, recipe):
-    from polo.train.control.recipe import load_control_recipe
-    from polo.train.control.trainer import ControlTrainer
+    from polo.control.recipe import load_control_recipe
+    from polo.control.trainer import ControlTrainer
 
     rows = ControlTrainer(load_control_recipe(recipe, SMALL), tmp_path, log=lambda *a: None).run()
     assert len(rows) == 5 and rows[-1]["step"] == 4
@@ -315,8 +315,8 @@ def test_recipe_smoke(tmp_path, recipe):
 
 
 def test_resume_is_bit_for_bit(tmp_path, monkeypatch):
-    from polo.train.control import trainer as trainer_module
-    from polo.train.control.recipe import load_control_recipe
+    from polo.control import trainer as trainer_module
+    from polo.control.recipe import load_control_recipe
 
     monkeypatch.setattr(trainer_module, "plot_run", lambda *a, **k: None)  # curves are not under test here
     full = tmp_path / "full"
@@ -336,7 +336,7 @@ def test_resume_is_bit_for_bit(tmp_path, monkeypatch):
 
 
 def test_recipe_configuration_errors():
-    from polo.train.control.recipe import load_control_recipe
+    from polo.control.recipe import load_control_recipe
 
     assert load_control_recipe("qoed", ["steps=4", "steps_per_iteration=2"]).method.iterations == 2
     with pytest.raises(ConfigError, match="objective"):

@@ -1,4 +1,4 @@
-"""STL robustness, time grounding and the Metropolis–Hastings allocation search (polo.core.control.stl)."""
+"""STL robustness, time grounding and the Metropolis–Hastings allocation search (polo.control.math.stl)."""
 import itertools
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.stl import (Always, And, Eventually, Not, Or, avoid, check_allocation, ground, metropolis_hastings,
+from polo.control.math.stl import (Always, And, Eventually, Not, Or, avoid, check_allocation, ground, metropolis_hastings,
                                    mh_acceptance, progress_reward, propose, reach, uniform_allocation, window_reduce)
 
 # the spec's trajectory: A = ball((2, 1), 0.5), O = ball((1, 1.5), 0.4), H = 4

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from polo.core.control.stl import check_allocation
+from polo.control.math.stl import check_allocation
 from polo.core.registry import ConfigError
-from polo.envs.control.stl_nav2d import STLNav2D
+from polo.control.envs.stl_nav2d import STLNav2D
 from polo.train.checkpoint import checkpoint_steps, latest_checkpoint, load_checkpoint
-from polo.train.control.recipe import load_control_recipe
-from polo.train.control.trainer import ControlTrainer
+from polo.control.recipe import load_control_recipe
+from polo.control.trainer import ControlTrainer
 from tests.control.kill_and_resume import assert_same_rows, killed_after, metrics_rows
 
 A, B = np.array([1.5, 1.0]), np.array([-1.5, 1.0])
@@ -123,7 +123,7 @@ def test_state_dict_round_trip():
 
 
 def test_registered_id():
-    from polo.envs.control.vector import EnvSettings, make_vector_env
+    from polo.control.envs.vector import EnvSettings, make_vector_env
 
     envs = make_vector_env(EnvSettings(id="polo/STLNav2D-v0", num_envs=2, kwargs={"task": "ordered"}), 0.99)
     envs.set_attr("next_tau", [np.array([1, 30]), np.array([2, 40])])

@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from polo.envs.control.registration import gymnasium
-from polo.envs.control.vector import EnvSettings, make_vector_env
+from polo.control.envs.registration import gymnasium
+from polo.control.envs.vector import EnvSettings, make_vector_env
 
 
 def make():

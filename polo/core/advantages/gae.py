@@ -44,7 +44,7 @@ class GAE(TokenRewardAdvantage):
     ``−kl_coef·kl(old_logp, ref_logp)``); ``returns = A + values`` (unwhitened);
     ``adv = masked_whiten(A, mask)`` over the batch when ``whiten``.
 
-    Environment rows (a control policy's steps, ``polo.rollout.gym_engine``) carry three optional extras, which
+    Environment rows (a control policy's steps, ``polo.control.engines.gym``) carry three optional extras, which
     only that engine provides: their own per-step rewards ``step_rewards``, episode ends ``dones`` and the value of
     the state after the row's last step ``bootstrap_value``; the recursion then runs over them unchanged.
 

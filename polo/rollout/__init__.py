@@ -1,1 +1,0 @@
-"""Continuous-control rollouts (the ``gym`` engine)."""
