@@ -12,7 +12,7 @@ import textwrap
 from polo.control.engines.base import CONTROL_ENGINES
 from polo.control.methods.base import CONTROL_METHODS
 from polo.control.policies.base import CONTROL_POLICIES
-from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
+from polo.core.registry import (summary, ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
 from polo.engines.base import ENGINES
 from polo.kinds import RUN_KINDS
@@ -28,11 +28,6 @@ REGISTRIES = {"engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "shaping": S
               "regularizers": REGULARIZERS, "optimizer_hook": OPTIMIZER_HOOKS}
 ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES, CONTROL_ENGINES)
 DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if registry.default}
-
-
-def _summary(cls) -> str:
-    doc = (cls.__doc__ or "").strip()
-    return doc.split("\n\n")[0].replace("\n", " ") if doc else ""
 
 
 _RST = re.compile(r":[a-z]+:`([^`]*)`|``([^`]*)``|`([^`]*)`")
@@ -128,7 +123,7 @@ def catalog_text() -> str:
         lines.append(f"{registry.kind} ({len(entries)}):")
         for name, cls in entries:
             where = f"  [{cls.provenance}]"
-            lines.append(f"  {name:<26}{short(_summary(cls))}{where}")
+            lines.append(f"  {name:<26}{short(summary(cls))}{where}")
     lines.append(f"{total} components")
     lines.append(f"tasks ({len(task_names())}; options key=default, a bare key is required; "
                  f"set as task={{name: NAME, key: value}}):")
@@ -170,7 +165,7 @@ def catalog_markdown() -> str:
         out += ["", f"## {registry.kind} ({len(entries)})", "", "| name | what | paper | provenance |",
                 "| --- | --- | --- | --- |"]
         for name, cls in entries:
-            out.append(f"| `{name}` | {_summary(cls)} | {cls.paper} | {cls.provenance} |")
+            out.append(f"| `{name}` | {summary(cls)} | {cls.paper} | {cls.provenance} |")
     return "\n".join(out) + "\n"
 
 

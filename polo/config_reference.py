@@ -18,9 +18,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from polo.catalog import _summary
 from polo.config_equivalents import EQUIVALENTS
-from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry
+from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry, summary
 from polo.core.suggest import section_model
 from polo.envs import ENVIRONMENTS
 from polo.roles.base import ROLES
@@ -85,7 +84,7 @@ def keys(model: type[BaseModel], prefix: str = "") -> list[Key]:
 
 def summary(cls: type) -> str:
     """The first paragraph of a class's docstring, on one line."""
-    return one_line(_summary(cls))
+    return one_line(summary(cls))
 
 
 def show(value: Any) -> str:

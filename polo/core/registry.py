@@ -84,6 +84,12 @@ class Component(Settings):
         return {}
 
 
+def summary(cls) -> str:
+    """The first paragraph of a component's docstring, on one line (what ``polo list`` and docs/config.md show)."""
+    doc = (cls.__doc__ or "").strip()
+    return doc.split("\n\n")[0].replace("\n", " ") if doc else ""
+
+
 C = TypeVar("C", bound=type)
 
 
