@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from polo.catalog import ALL_REGISTRIES, _summary, plain
+from polo.catalog import ALL_REGISTRIES, plain
+from polo.core.registry import summary as _summary
 from polo.cli import main
 
 LIST = [sys.executable, "-m", "polo.cli", "list"]
