@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from polo.config_equivalents import EQUIVALENTS
-from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry, summary
+from polo.core.registry import DIVERGENCES, REGULARIZERS, SHAPING, Registry, summary as first_paragraph
 from polo.core.suggest import section_model
 from polo.envs import ENVIRONMENTS
 from polo.roles.base import ROLES
@@ -84,7 +84,7 @@ def keys(model: type[BaseModel], prefix: str = "") -> list[Key]:
 
 def summary(cls: type) -> str:
     """The first paragraph of a class's docstring, on one line."""
-    return one_line(summary(cls))
+    return one_line(first_paragraph(cls))
 
 
 def show(value: Any) -> str:
@@ -171,7 +171,9 @@ def _section_rows(items: list[Key]) -> list[list[str]]:
 
 
 def control_reference() -> list[str]:
-    """The keys of control recipes (``kind: control``): the run's own, each method's, each control policy's."""
+    """The keys of control recipes (``kind: control``): the run's own, each method's, each control policy's and
+    each control engine's."""
+    from polo.control.engines.base import CONTROL_ENGINES
     from polo.control.methods.base import CONTROL_METHODS
     from polo.control.policies.base import CONTROL_POLICIES
     from polo.control.recipe import ControlRecipe
@@ -186,10 +188,11 @@ def control_reference() -> list[str]:
         if cls.__module__.split(".")[0] != "polo":
             continue
         out += ["", f"### method: {name}", "", summary(cls), "", *_table(header, _key_rows(keys(cls)))]
-    rows = [[f"`{name}`", *(row or ["(no knobs)", "", "", ""])] for name, cls in CONTROL_POLICIES
-            if cls.__module__.split(".")[0] == "polo" for row in (_key_rows(keys(cls)) or [None])]
-    out += ["", "### policy", "", f"Built-in control policies ({len(list(CONTROL_POLICIES))}); "
-            f"default `{CONTROL_POLICIES.default}`.", "", *_table(["name", "knob", "type", "default", "description"], rows)]
+    for key, registry, plural in (("policy", CONTROL_POLICIES, "policies"), ("engine", CONTROL_ENGINES, "engines")):
+        rows = [[f"`{name}`", *(row or ["(no knobs)", "", "", ""])] for name, cls in registry
+                if cls.__module__.split(".")[0] == "polo" for row in (_key_rows(keys(cls)) or [None])]
+        out += ["", f"### {key}", "", f"Built-in control {plural} ({len(list(registry))}); "
+                f"default `{registry.default}`.", "", *_table(["name", "knob", "type", "default", "description"], rows)]
     return out
 
 
