@@ -124,31 +124,33 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
-def layer_of(root: Path, path: Path) -> str | None:
+def layer_of(root: Path, path: Path, rank: dict[str, int] = RANK) -> str | None:
     """The first package component of a module under ``root``; None for a module directly in it that is not
     a layer itself (``__init__.py``): those are exempt."""
     parts = path.relative_to(root).parts
-    return parts[0] if len(parts) > 1 else (path.stem if path.stem in RANK else None)
+    return parts[0] if len(parts) > 1 else (path.stem if path.stem in rank else None)
 
 
-def layering_problems(root: Path, package: str, sideways: dict[str, tuple[str, ...]] = SIDEWAYS) -> list[str]:
+def layering_problems(root: Path, package: str, layers: list[tuple[str, ...]] = LAYERS,
+                      sideways: dict[str, tuple[str, ...]] = SIDEWAYS) -> list[str]:
     """Every import cycle, upward import, sideways import that ``sideways`` does not allow, and subpackage
-    outside ``LAYERS``, as readable lines."""
+    outside ``layers`` (lowest first, like ``LAYERS``), as readable lines."""
+    rank = {name: r for r, names in enumerate(layers) for name in names}
     files = module_files(root, package)
     graph = {name: imported_modules(path, name, set(files)) for name, path in files.items()}
-    layers = {name: layer_of(root, path) for name, path in files.items()}
+    where = {name: layer_of(root, path, rank) for name, path in files.items()}
     problems = [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
-    problems += sorted({f"package {package}.{name} is in no layer of LAYERS" for name in layers.values()
-                        if name is not None and name not in RANK})
+    problems += sorted({f"package {package}.{name} is in no layer of LAYERS" for name in where.values()
+                        if name is not None and name not in rank})
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
-            src, dst = RANK.get(layers[module]), RANK.get(layers[target])
+            src, dst = rank.get(where[module]), rank.get(where[target])
             if src is not None and dst is not None and src < dst:
-                problems.append(f"upward import: {module} ({layers[module]}) imports {target} ({layers[target]})")
-            elif (src is not None and src == dst and layers[module] != layers[target] and len(LAYERS[src]) > 1
-                  and layers[target] not in sideways.get(layers[module], ())):
-                problems.append(f"sideways import: {module} ({layers[module]}) imports {target} ({layers[target]}); "
-                                f"SIDEWAYS lets {layers[module]} import {list(sideways.get(layers[module], ()))}")
+                problems.append(f"upward import: {module} ({where[module]}) imports {target} ({where[target]})")
+            elif (src is not None and src == dst and where[module] != where[target] and len(layers[src]) > 1
+                  and where[target] not in sideways.get(where[module], ())):
+                problems.append(f"sideways import: {module} ({where[module]}) imports {target} ({where[target]}); "
+                                f"SIDEWAYS lets {where[module]} import {list(sideways.get(where[module], ()))}")
     return problems
 
 
