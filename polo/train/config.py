@@ -4,7 +4,8 @@ A recipe picks one registered component per pipeline stage (``engine``, ``prompt
 ``advantage``, ``credit``, ``policy_loss``, ``aggregation``, ``kl``, ``optimizer_hook``), configures model
 roles (``roles``) and sets the loop's hyperparameters. Every key is validated: an unknown key or a wrong type
 names the key; an unknown component name lists the valid ones; a component whose inputs no engine or
-provider can supply, and a micro-batch size that would split the groups a component needs whole, are refused.
+provider can supply, and a micro-batch size that would split the groups a component needs whole, are refused
+(``polo.train.run.build_run`` builds and checks them; the validated recipe keeps that run for its trainer).
 """
 from __future__ import annotations
 
@@ -302,6 +303,10 @@ class Recipe(Settings):
         self._run = build_run(self)
         return self
 
+    def __eq__(self, other: object) -> bool:
+        """Recipes are equal when their settings are (the runs they built are not compared)."""
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
     def built(self) -> Run:
         """The run built when this recipe was validated (``build_run``); built anew for a copy of the recipe
         (``model_copy``) and once a trainer has taken it."""
@@ -401,9 +406,10 @@ def load_recipe(recipe: str | Path | dict, overrides: list[str] = ()) -> Recipe:
 
 
 def with_plugins(recipe: Recipe, plugins: Sequence[str]) -> Recipe:
-    """``recipe`` also recording the plugin files ``plugins`` (absolute, each once)."""
-    paths = [*recipe.plugins, *(absolute_path(p) for p in plugins)]
-    return recipe.model_copy(update={"plugins": list(dict.fromkeys(paths))})
+    """``recipe`` also recording the plugin files ``plugins`` (absolute, each once); ``recipe`` itself (and the run
+    it built) when they add none."""
+    paths = list(dict.fromkeys([*recipe.plugins, *(absolute_path(p) for p in plugins)]))
+    return recipe if paths == recipe.plugins else recipe.model_copy(update={"plugins": paths})
 
 
 def require_recipe_plugins(tree: dict[str, Any], where: str) -> None:
