@@ -15,6 +15,7 @@ from polo.control.policies.base import CONTROL_POLICIES
 from polo.core.registry import (summary, ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
 from polo.engines.base import ENGINES
+from polo.engines.branches import BRANCHERS
 from polo.kinds import RUN_KINDS
 from polo.prompt_samplers.base import PROMPT_SAMPLERS
 from polo.roles.base import ROLES
@@ -26,7 +27,7 @@ PROVENANCE_ORDER = ("CODE", "PAPER", "SECONDARY", "RECONSTRUCTED")
 REGISTRIES = {"engine": ENGINES, "prompt_sampler": PROMPT_SAMPLERS, "shaping": SHAPING, "advantage": ADVANTAGES,
               "credit": CREDIT, "policy_loss": POLICY_LOSSES, "aggregation": AGGREGATIONS,
               "regularizers": REGULARIZERS, "optimizer_hook": OPTIMIZER_HOOKS}
-ALL_REGISTRIES = (*REGISTRIES.values(), DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES, CONTROL_ENGINES)
+ALL_REGISTRIES = (*REGISTRIES.values(), BRANCHERS, DIVERGENCES, ROLES, CONTROL_METHODS, CONTROL_POLICIES, CONTROL_ENGINES)
 DEFAULTS = {key: registry.default for key, registry in REGISTRIES.items() if registry.default}
 
 

@@ -11,7 +11,11 @@ import pytest
 from polo.cli import main
 from polo.core.registry import (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, METHODS, OPTIMIZER_HOOKS, POLICY_LOSSES,
                                 REGULARIZERS, SHAPING)
+from polo.control.engines.base import CONTROL_ENGINES
+from polo.control.methods.base import CONTROL_METHODS
+from polo.control.policies.base import CONTROL_POLICIES
 from polo.engines.base import ENGINES
+from polo.engines.branches import BRANCHERS
 from polo.envs import ENVIRONMENTS
 from polo.inputs.base import PROVIDERS
 from polo.prompt_samplers.base import PROMPT_SAMPLERS
@@ -20,7 +24,8 @@ from polo.tasks import REWARDS, TASKS, load_plugin
 
 ROOT = Path(importlib.util.find_spec("polo").submodule_search_locations[0])
 REGISTRIES = (ADVANTAGES, AGGREGATIONS, CREDIT, DIVERGENCES, OPTIMIZER_HOOKS, POLICY_LOSSES, REGULARIZERS, SHAPING,
-              ENGINES, ENVIRONMENTS, PROVIDERS, PROMPT_SAMPLERS, ROLES, REWARDS, TASKS)
+              ENGINES, BRANCHERS, ENVIRONMENTS, PROVIDERS, PROMPT_SAMPLERS, ROLES, REWARDS, TASKS, CONTROL_ENGINES,
+              CONTROL_METHODS, CONTROL_POLICIES)
 
 
 def registry_calls() -> list[tuple[str, ast.Call]]:
