@@ -1,7 +1,7 @@
 """The HTTP judge against a real server: vLLM's OpenAI-compatible server (a subprocess) serving the warm-started
 built-in model. Batched scoring, the chat endpoint, unparseable replies, timeouts, the cache, the concurrency
 limit, and `polo train grpo` with the judge's score as a reward. (Nothing listening: test_judges.py and
-tests/rollout/test_judge_inputs.py.)"""
+tests/inputs/test_judge_inputs.py.)"""
 import json
 import logging
 import math
