@@ -7,8 +7,8 @@ them to the ``Tree``. The engine knows no brancher by name: it calls ``grow`` on
 per-token entropy when the brancher ``reads_entropy``, adds the brancher's ``roles()`` to its own and writes every
 input of ``writes`` on every row (the brancher's value where it set one, the declared default elsewhere).
 
-The built-in branchers live in ``polo/engines/branchers/`` (one module each, discovered on first lookup); a
-plugin registers more with ``@BRANCHERS.register("name")``.
+The built-in branchers are each one method's, so each lives in its method folder
+(``polo/methods/{opo_observation,cipo,reflectpo,appo}/brancher.py``, discovered on first lookup); a plugin registers more with ``@BRANCHERS.register("name")``.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class Brancher(Component):
         raise NotImplementedError
 
 
-BRANCHERS: Registry = Registry("brancher", ("polo.engines.branchers", METHODS))
+BRANCHERS: Registry = Registry("brancher", (METHODS,))
 
 
 class TreeInputs(frozenset):

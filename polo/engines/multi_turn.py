@@ -19,7 +19,7 @@ the environment reports (``judge``, ``ev``, ``uses_support``/``uses_failed``, ``
 ``memory_relevance``). ``Rollouts.turns`` holds the host-side ``TurnRecord`` of every row.
 
 Rollout trees (``polo.engines.branches``): ``tree: {name: NAME, ...}`` names a registered brancher that grows
-each step's tree from the played root episodes (built in: polo/engines/branchers/). A branch replays its
+each step's tree from the played root episodes (built in: polo/methods/NAME/brancher.py). A branch replays its
 parent's earlier turns in a fresh environment and owns only the turns it samples; ``batch.parent`` is the parent
 trajectory (−1 for roots) and ``depth`` its depth; the brancher's own per-row inputs (its ``writes``) are written
 on every row.

@@ -3,7 +3,7 @@ branch-point selection, and the estimator's edge cases and input validation on s
 import pytest
 import torch
 
-from polo.core.advantages.appo import (APPO, branch_scores, future_likelihood_gain, procedure_scale,
+from polo.methods.appo.advantage import (APPO, branch_scores, future_likelihood_gain, procedure_scale,
                                        select_branch_points)
 from polo.core.registry import ADVANTAGES
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from polo.core.advantages.cipo import CIPO
+from polo.methods.cipo.advantage import CIPO
 from polo.core.registry import ADVANTAGES, ConfigError
 
 from .helpers import build_batch, close

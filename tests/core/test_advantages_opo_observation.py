@@ -3,7 +3,7 @@ z-scores, token placement; rows shuffled), the redundancy measure, edge cases an
 import pytest
 import torch
 
-from polo.core.advantages.opo_observation import OPOObservation, jaccard_redundancy, select_events
+from polo.methods.opo_observation.advantage import OPOObservation, jaccard_redundancy, select_events
 from polo.core.registry import ADVANTAGES, ConfigError
 
 from .helpers import build_batch, close

@@ -3,7 +3,7 @@ triggering the recovery gain, the leaf-return option, chain and single-trajector
 import pytest
 import torch
 
-from polo.core.advantages.reflectpo import ReflectPO
+from polo.methods.reflectpo.advantage import ReflectPO
 from polo.core.registry import ADVANTAGES
 
 from .helpers import build_batch, close

@@ -1,7 +1,7 @@
 """CIPO's skill mining: the spec's cipo_mining example, ranking ties, overlapping counts and bad settings."""
 import pytest
 
-from polo.engines.skill_mining import mine_skills, skill_candidates
+from polo.methods.cipo.skill_mining import mine_skills, skill_candidates
 
 # cipo_mining (multi-turn spec §15 d)
 SEQS = [["search", "open", "read", "answer"],

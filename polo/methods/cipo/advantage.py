@@ -21,7 +21,7 @@ class CIPO(AdvantageEstimator):
     """Trajectory credit on every action token, plus a counterfactual gain on one granularity decision.
 
     When an agent can call atomic tools or composite skills (tool sequences mined from successful episodes,
-    ``polo.engines.skill_mining.mine_skills``), the engine branches each base rollout once, at its first
+    ``polo.methods.cipo.skill_mining.mine_skills``), the engine branches each base rollout once, at its first
     eligible granularity decision t*: it swaps the chosen option for the other granularity (skill ↔ atomic
     call), lets the policy finish, and records the outcome ``R^cf_i``. The decision row carries
     ``cf_decision = 1`` and ``cf_delta = Δ_i = R_i − R^cf_i``; every other row has 0 and 0.

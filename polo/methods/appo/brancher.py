@@ -5,7 +5,7 @@ branching score (``tree: {name: appo}``; the ``appo`` advantage reads ``branch``
 Over each root episode's generated tokens (its actions in order, stop tokens excluded: a branch after one would
 continue a finished action) the branching score ``BS_k = Ĥ_k·Ω̂_k`` (min-max normalized sampling entropy times
 the normalized discounted sum of the next ``window`` tokens' log-ratios ``log π_θ − log π_ref``, the reference
-role's; ``polo.core.advantages.appo.branch_scores``) picks one position b; ``branches`` children replay the turns
+role's; ``polo.methods.appo.advantage.branch_scores``) picks one position b; ``branches`` children replay the turns
 before b's turn, keep b's action up to and including b (forced, mask 0) and sample the rest of the episode.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from polo.core.advantages.appo import branch_scores, procedure_scale, select_branch_points
+from polo.methods.appo.advantage import branch_scores, procedure_scale, select_branch_points
 from polo.engines.branches import BRANCHERS, Brancher, Player
 from polo.engines.episodes import Episode, Tree
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from polo.core.advantages.opo_observation import jaccard_redundancy, select_events
+from polo.methods.opo_observation.advantage import jaccard_redundancy, select_events
 from polo.engines.branches import BRANCHERS, Brancher, Player
 from polo.engines.episodes import Episode, Tree
 
