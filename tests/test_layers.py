@@ -214,3 +214,14 @@ def test_cycles_finds_every_component_iteratively():
     assert cycles(chain) == [sorted(chain)]
     graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"e", "a"}}
     assert cycles(graph) == [["a", "b"], ["c", "d"]]  # a self-import is no cycle between modules
+
+
+def test_the_house_diagram_names_exactly_the_top_level_folders():
+    """docs/pipeline.md's "The house" diagram lists every folder directly under polo/ and no other."""
+    root = Path(importlib.util.find_spec("polo").submodule_search_locations[0])
+    text = (Path(__file__).resolve().parent.parent / "docs" / "pipeline.md").read_text(encoding="utf-8")
+    diagram = text.split("## The house", 1)[1].split("```", 2)[1]
+    named = {line.split()[0].rstrip("/") for line in diagram.splitlines()  # a folder's line starts at column 2
+             if line.startswith("  ") and not line.startswith("   ") and line.split()[0].endswith("/")}
+    folders = {p.name for p in root.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert named == folders, f"in the diagram only: {sorted(named - folders)}; in polo/ only: {sorted(folders - named)}"
