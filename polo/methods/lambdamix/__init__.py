@@ -1,1 +1,2 @@
-
+"""LambdaMix (steerable multi-objective GRPO, one LoRA per objective): its engine, its adapter-mixing policy role
+and its advantage."""

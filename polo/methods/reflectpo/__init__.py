@@ -1,1 +1,1 @@
-
+"""ReflectPO, "Reflection-guided Policy Optimization": its advantage and its recovery brancher."""
