@@ -4,8 +4,9 @@
   for groups of one member (verl's GRPO keeps the raw value; GiGPO's anchor groups give 0).
 * ``discounted_returns``: the return-to-go ``G_t = Σ_{k≥t} γ^{k−t} r_k`` of every turn, from step rows that
   may come in any order.
-* ``anchor_ids``: integer ids of anchor-state texts (exact match, or GiGPO's greedy first-fit similarity
-  clustering), for an engine to write as the ``anchor`` input; string work, so it runs where the texts are.
+* ``anchor_ids``: integer ids of anchor-state texts (exact match, or GiGPO's leader-first similarity
+  clustering, independent of row order), for an engine to write as the ``anchor`` input; string work, so it
+  runs where the texts are.
 
 Everything on tensors is vectorized (``torch.unique`` with ``return_inverse`` and ``index_add``); no Python
 loop runs over samples, groups or trajectories.
@@ -13,6 +14,7 @@ loop runs over samples, groups or trajectories.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from typing import Literal, Sequence
 
 import torch
@@ -129,36 +131,46 @@ def discounted_returns(rewards: Tensor, traj: Tensor, step: Tensor, gamma: float
     return (table @ powers.to(rewards.dtype))[inv, step]
 
 
+def text_similarity(a: str, b: str) -> float:
+    """``max(ratio(a, b), ratio(b, a))`` with ``ratio`` difflib's ``SequenceMatcher(None, ·, ·).ratio()``
+    (``2·matches / (len a + len b)``). difflib's ratio depends on which text comes first (its longest-match
+    search and, past 200 characters, its junk heuristic look at the second one only); taking the better of the
+    two orders makes it symmetric and never below either one-way ratio."""
+    return max(difflib.SequenceMatcher(None, a, b).ratio(), difflib.SequenceMatcher(None, b, a).ratio())
+
+
 def anchor_ids(texts: Sequence[str], groups: Sequence[int] | None = None,
                similarity_thresh: float | None = None) -> list[int]:
-    """Integer anchor-state ids for the ``anchor`` input of step rows: equal ids ⇔ same anchor cluster.
+    """Integer anchor-state ids for the ``anchor`` input of step rows: equal ids ⇔ same anchor cluster, numbered
+    in order of first appearance; ids are unique across groups.
 
     Without ``similarity_thresh``, rows share an id exactly when their texts are equal. With it (GiGPO's
-    ``enable_similarity``), rows are clustered greedily in the given order, separately per group: a row joins
-    the first cluster of its group whose first member's text has ``difflib.SequenceMatcher(None, a, b).ratio()
-    ≥ similarity_thresh``, else it opens a new cluster. Ids are unique across groups. This is string
-    processing for the engine that holds the texts (sequential by definition, first-fit depends on order).
+    ``enable_similarity``, "GiGPO: Group-in-Group Policy Optimization for LLM Agent Training", arXiv:2505.10978),
+    each group's distinct texts are clustered leader-first: visited most frequent first (ties by text), a text
+    joins the first cluster whose leader has ``text_similarity ≥ similarity_thresh``, else it leads a new one.
+    The visiting order and the similarity are both independent of the order the rows arrive in, so a
+    permutation of the rows permutes the ids and never changes the grouping. verl-agent's rule is the same
+    first-fit against leaders, but in arrival order and with the one-way ratio ``ratio(new, leader)``: every pair
+    it merges with a leader scores as high here; a pair that is similar in one order only (e.g.
+    ``"dchbededac"``/``"gchbedecdc"``: 0.8 one way, 0.7 the other) is merged here at threshold 0.8 whichever
+    arrives first, where verl-agent merges it only when "gchbedecdc" arrives first. This is string processing
+    for the engine that holds the texts (O(distinct texts × clusters) comparisons per group).
     """
     groups = [0] * len(texts) if groups is None else list(groups)
     if len(groups) != len(texts):
         raise ValueError(f"anchor_ids: {len(texts)} texts but {len(groups)} group ids")
-    ids: list[int] = []
-    exact: dict[tuple[int, str], int] = {}
-    leaders: dict[int, list[tuple[str, int]]] = {}
-    for text, g in zip(texts, groups):
-        key = (g, text)
-        if key in exact:
-            ids.append(exact[key])
-            continue
-        found = None
-        if similarity_thresh is not None:
-            for leader, cid in leaders.get(g, []):
-                if difflib.SequenceMatcher(None, leader, text).ratio() >= similarity_thresh:
-                    found = cid
-                    break
-        if found is None:
-            found = len(exact) if similarity_thresh is None else sum(len(v) for v in leaders.values())
-            leaders.setdefault(g, []).append((text, found))
-        exact[key] = found
-        ids.append(found)
-    return ids
+    keys = list(zip(groups, texts))
+    if similarity_thresh is not None:
+        counts = Counter(keys)
+        leaders: dict[int, list[str]] = {}
+        cluster: dict[tuple[int, str], tuple[int, str]] = {}
+        for g, text in sorted(counts, key=lambda key: (-counts[key], key)):
+            own = leaders.setdefault(g, [])
+            leader = next((lead for lead in own if text_similarity(lead, text) >= similarity_thresh), None)
+            if leader is None:
+                own.append(text)
+                leader = text
+            cluster[g, text] = (g, leader)
+        keys = [cluster[key] for key in keys]
+    first: dict[tuple[int, str], int] = {}
+    return [first.setdefault(key, len(first)) for key in keys]

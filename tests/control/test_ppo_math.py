@@ -13,9 +13,8 @@ from polo.control.math.distributions import (bernoulli_entropy, bernoulli_logp, 
                                              categorical_logp, diag_gaussian_entropy, diag_gaussian_logp)
 from polo.core.losses.value import clipped_value_loss
 from polo.core.registry import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES
-from polo.core.segment import masked_whiten
 from polo.control.engines.gym import action_rows
-from polo.control.methods.ppo import adapt_kl_lr
+from polo.control.methods.ppo import adapt_kl_lr, standardize_advantages
 
 R = torch.tensor([[1.0, 0.0, 2.0, -1.0]])
 V = torch.tensor([[0.5, 0.4, 0.3, 0.6]])
@@ -51,7 +50,15 @@ def test_registered_gae_reads_environment_rows():
 
 def test_advantage_standardisation_uses_the_unbiased_std():
     x = torch.tensor([1.0, -1.0, 2.0, 0.5])
-    assert torch.allclose(masked_whiten(x, torch.ones(4)), torch.tensor([0.3, -1.3, 1.1, -0.1]), atol=1e-4)
+    assert torch.allclose(standardize_advantages(x), torch.tensor([0.3, -1.3, 1.1, -0.1]), atol=1e-4)
+
+
+def test_advantage_standardisation_adds_eps_to_the_std_as_cleanrl_does():
+    # std = 1e-6 (unbiased) in float64: CleanRL's (x − μ)/(std + 1e-8) = ±0.866/1.01 ≈ ±0.8575; dividing by
+    # sqrt(var + 1e-8) instead would give ±0.866e-6/1.00005e-4 ≈ ±0.0087, ~100× smaller.
+    x = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64) * (math.sqrt(3) / 2 * 1e-6)
+    assert torch.allclose(standardize_advantages(x), torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+                          * (math.sqrt(3) / 2 / 1.01), rtol=1e-6)
 
 
 def test_clipped_surrogate_through_the_language_model_loss_and_aggregation():

@@ -10,6 +10,7 @@ from .helpers import build_batch, close
 CORRECT = [1, 1, 0, 0, 1, 0, 0, 0]
 LENGTH = [0.5, 0.9, 0.6, 0.1, 0.5, 0.5, 0.5, 0.1]
 GROUP = [0, 0, 0, 0, 1, 1, 1, 1]
+ALL_SCORED = torch.ones(8, dtype=torch.bool)
 
 
 def example(group=GROUP, mask=None, order=None):
@@ -31,14 +32,14 @@ def test_worked_example_gd2po_hard_and_snr():
     batch = example()
     comp = GDPO().components(batch)
     assert conflicted(comp).long().tolist() == [1, 0, 1, 0, 0, 1, 1, 0]
-    keep, scale, diag = GD2PO().selection(comp, batch.group)
+    keep, scale, diag = GD2PO().selection(comp, batch.group, ALL_SCORED)
     close(scale, [0.5] * 8)
     assert diag == {"gd2po/conflict_frac": 0.5, "gd2po/drop_frac": 0.5}
     hard = GD2PO()(batch).advantages[:, 0]
     close(hard, [0, 0.8659, 0, -0.8981, 0.8655, 0, 0, -0.8334])
     assert hard[~keep].eq(0).all()  # dropped rows exactly 0
     close(consensus(comp), [0.8393, 1, -0.5846, -1, 1, 0, 0, -1])
-    keep, scale, _ = GD2PO(variant="snr", tau=0.8).selection(comp, batch.group)
+    keep, scale, _ = GD2PO(variant="snr", tau=0.8).selection(comp, batch.group, ALL_SCORED)
     assert (~keep).long().tolist() == [0, 0, 1, 0, 0, 1, 1, 0]
     close(scale, [0.75] * 4 + [0.5] * 4)
     close(GD2PO(variant="snr")(batch).advantages[:, 0], [0.3713, 1.0498, 0, -1.2779, 0.6756, 0, 0, -0.8189])
@@ -93,7 +94,7 @@ def test_all_dropped_or_one_kept_token_gives_zero():
     out = GD2PO()(batch)
     assert out.advantages.eq(0).all() and out.diagnostics["gd2po/drop_frac"] == 1.0
     one = build_batch([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]], mask=[[1, 1], [1, 1], [1, 0], [1, 1]])
-    keep, _, _ = GD2PO().selection(GDPO().components(one), one.group)
+    keep, _, _ = GD2PO().selection(GDPO().components(one), one.group, torch.ones(len(one.group), dtype=torch.bool))
     assert keep.tolist() == [False, False, True, True]
     assert GD2PO()(one).advantages[:2].eq(0).all()
     single_token = build_batch([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], mask=[[1], [1], [1]])
@@ -114,3 +115,29 @@ def test_bad_present_shape():
     batch.extras["reward_present"] = torch.ones(8, 3, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"reward_present has shape \(8, 3\), rewards \(8, 2\)"):
         GDPO()(batch)
+
+
+def unscored_example():
+    """Rewards [1, 0, None, 1 | 0, 0, 1, 1]: one reward, two groups of four, the third row scored by nothing."""
+    batch = build_batch([[1.0], [0.0], [0.0], [1.0], [0.0], [0.0], [1.0], [1.0]], GROUP)
+    batch.extras["reward_present"] = torch.tensor([True, True, False, True, True, True, True, True])[:, None]
+    return batch
+
+
+@pytest.mark.parametrize("whiten", ["sample", "token"])
+def test_a_row_no_reward_scored_gets_zero_and_moves_no_other_row(whiten):
+    # group z-scores: [1/√3, −2/√3, ·, 1/√3 | −√3/2, −√3/2, √3/2, √3/2] (unbiased std); the seven scored
+    # values have mean 0 and unbiased std √(5/6), so 0.5774/0.9129 = 0.632, −1.155/0.9129 = −1.265,
+    # 0.866/0.9129 = 0.949
+    # (TRL's normalize_then_sum). Counting the unscored row as a 0 would give 0.683 / −1.025 instead.
+    adv = GDPO(whiten=whiten)(unscored_example()).advantages[:, 0]
+    close(adv, [0.6325, -1.2649, 0.0, 0.6325, -0.9487, -0.9487, 0.9487, 0.9487], atol=2e-4)
+    assert adv[2] == 0
+
+
+def test_gd2po_keep_ratio_counts_the_scored_rows_only():
+    keep, scale, _ = GD2PO().selection(torch.zeros(4, 1), torch.tensor([0, 0, 0, 0]),
+                                       torch.tensor([True, True, False, True]))
+    assert keep.tolist() == [True, True, False, True]
+    close(scale, [1.0] * 4)  # 3 of 3 scored rows kept, not 3 of 4
+    assert GD2PO()(unscored_example()).advantages[2].eq(0).all()

@@ -62,6 +62,14 @@ def test_worked_example_with_the_recipe_settings():
     assert result.diagnostics["prime/process_scale"] == pytest.approx(0.5 + 1e-6, abs=1e-9)
 
 
+def test_the_last_tokens_process_reward_counts_as_in_the_authors_code():
+    # verl's PRIME recipe would zero the last token's r (0.4 and −0.4), leaving every return 0 here.
+    result = PRIME(**HAND, whiten=False)(prime_batch([0.0, 0.0], [[0.0, 0.4], [0.0, -0.4]], [0, 0],
+                                                     [[1, 1], [1, 1]]))
+    # m = [0.2, −0.2] with group mean 0, so r̃ = 2·r = [0, ±0.8] and the sums to go are ±0.8 on both tokens.
+    close(result.returns, [[0.8, 0.8], [-0.8, -0.8]])
+
+
 def test_coefficients_weigh_the_two_terms():
     outcome = PRIME(outcome_coef=1.0, process_coef=0.0, normalize_process=False, whiten=False)(prime_batch())
     process = PRIME(outcome_coef=0.0, process_coef=1.0, normalize_process=False, whiten=False)(prime_batch())

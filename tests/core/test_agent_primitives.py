@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from polo.core.agent_primitives import anchor_ids, check_steps, discounted_returns, group_moments, group_norm
+from polo.core.agent_primitives import (anchor_ids, check_steps, discounted_returns, group_moments, group_norm,
+                                        text_similarity)
 from polo.core.segment import group_stats
 
 from .helpers import close
@@ -145,3 +146,27 @@ def test_anchor_ids_compare_with_the_first_member_only():
     # "abcd" leads; "abcx" joins (0.75); "abxx" is 0.5 from the leader though 0.75 from "abcx": new cluster.
     ids = anchor_ids(["abcd", "abcx", "abxx"], similarity_thresh=0.7)
     assert ids[0] == ids[1] and ids[2] != ids[0]
+
+
+def test_text_similarity_is_the_better_of_difflibs_two_orders():
+    # Issue 36's pair: difflib gives 0.8 with "dchbededac" first and 0.7 with it second.
+    a, b = "dchbededac", "gchbedecdc"
+    assert text_similarity(a, b) == text_similarity(b, a) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("texts", [["dchbededac", "gchbedecdc"], ["gchbedecdc", "dchbededac"]])
+def test_anchor_ids_merge_a_one_way_similar_pair_in_either_arrival_order(texts):
+    ids = anchor_ids(texts, [0, 0], similarity_thresh=0.8)
+    assert ids[0] == ids[1]
+    assert anchor_ids(texts, [0, 0], similarity_thresh=0.81) == [0, 1]
+
+
+def test_anchor_ids_group_the_same_way_whatever_order_the_rows_arrive_in():
+    # Arrival-order first-fit would let "abxx" lead and take "abcx" (0.75) when it comes first; leaders are
+    # visited most frequent first, ties by text, so "abcd" leads and takes "abcx" in every order.
+    for texts in (["abxx", "abcx", "abcd"], ["abcx", "abxx", "abcd"], ["abcd", "abxx", "abcx"]):
+        ids = dict(zip(texts, anchor_ids(texts, similarity_thresh=0.7)))
+        assert ids["abcd"] == ids["abcx"] != ids["abxx"], texts
+    # The most frequent text leads: "abxx" twice makes it the leader that "abcx" joins.
+    ids = anchor_ids(["abcd", "abcx", "abxx", "abxx"], similarity_thresh=0.7)
+    assert ids[1] == ids[2] == ids[3] != ids[0]

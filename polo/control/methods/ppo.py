@@ -27,7 +27,6 @@ from polo.control.policies.value import CriticSettings
 from polo.core.aggregation import StepCounts
 from polo.core.losses.value import clipped_value_loss
 from polo.core.registry import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES
-from polo.core.segment import masked_whiten
 
 
 def adapt_kl_lr(lr: float, kl: float, desired: float) -> float:
@@ -40,10 +39,18 @@ def adapt_kl_lr(lr: float, kl: float, desired: float) -> float:
     return lr
 
 
+def standardize_advantages(adv: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(Â − mean Â) / (std Â + eps)`` over the minibatch, ``std`` unbiased: CleanRL's form, with eps added to
+    the std. (The language-model path's ``masked_whiten`` divides by ``sqrt(var + eps)``; the two agree to ~4e-9
+    on ordinary minibatches but not when std ≲ sqrt(eps) = 1e-4: at std 1e-6 this gives values ≈ 1, that ~0.01.)"""
+    return (adv - adv.mean()) / (adv.std() + eps)
+
+
 @CONTROL_METHODS.register("ppo")
 class PPO(ControlMethod):
     """``L = L_pg − c_ent·H + c_v·L_v (+ the policy's auxiliary loss)`` per minibatch; ``L_pg`` the policy loss
-    (``ppo_clip``: ``mean max(−Â·ρ, −Â·clip(ρ, 1−ε, 1+ε))``), ``Â`` standardised per minibatch (``norm_adv``),
+    (``ppo_clip``: ``mean max(−Â·ρ, −Â·clip(ρ, 1−ε, 1+ε))``), ``Â`` standardised per minibatch (``norm_adv``:
+    ``(Â − mean) / (std + 1e-8)``, CleanRL's),
     ``L_v = ½·mean max((V − R)², (V_clip − R)²)`` with ``V_clip = V_old + clip(V − V_old, ±value_clip)``
     (``value_loss: clipped_only``: ``mean (V_clip − R)²``, PolicyFlow's form)."""
 
@@ -201,7 +208,7 @@ class PPO(ControlMethod):
         score = self._policy.evaluate(mb["obs"], record)
         adv = mb["advantages"]
         if self.norm_adv == "minibatch" and adv.numel() > 1:
-            adv = masked_whiten(adv, torch.ones_like(adv))
+            adv = standardize_advantages(adv)
         rows = action_rows(mb["old_logp"], adv)
         out = self._loss(score.logp if score.logp.dim() == 2 else score.logp[:, None], rows)
         pg = self._aggregation(out.token_loss, rows.mask, StepCounts.from_mask(rows.response_mask, 1))

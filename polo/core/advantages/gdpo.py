@@ -70,6 +70,10 @@ class GDPO(AdvantageEstimator):
     different reward combinations onto the same value; normalizing each component first keeps every
     component's ranking in the signal. A reward that returned None for a row (``extras["reward_present"]``
     False, or a NaN reward) is left out of that column's group statistics and contributes 0 to the row's sum.
+    A row that no reward scored is left out of the batch whitening too and gets advantage exactly 0, so it
+    moves no other row (TRL's ``normalize_then_sum``: its summed reward is NaN, dropped by the batch
+    ``nanmean``/``nanstd`` and set to 0). Rewards [1, 0, None, 1 | 0, 0, 1, 1] in two groups of four give
+    0.632 / −0.949 (−1.265 for the scored 0 of group 1), not the 0.683 / −1.025 of counting the unscored row.
     """
 
     paper = ("GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL Optimization "
@@ -83,26 +87,29 @@ class GDPO(AdvantageEstimator):
     whiten: Literal["token", "sample", "none"] = "token"
     """Batch whitening of the summed advantage: ``token`` (verl, token-weighted), ``sample`` (TRL), ``none``."""
 
-    def components(self, batch: RolloutBatch) -> Tensor:
-        """``[B, K]`` the per-component group-normalized advantages ``Â``."""
-        rewards = batch.rewards.to(batch.mask.dtype)
+    def presence(self, batch: RolloutBatch) -> Tensor:
+        """``[B, K]`` bool: reward k scored row i (``reward_present`` and a finite value)."""
+        rewards = batch.rewards
         present = batch.extras.get("reward_present")
         present = torch.ones_like(rewards, dtype=torch.bool) if present is None else present.bool()
         if present.shape != rewards.shape:
             raise ValueError(f"advantage {self.registry_name}: reward_present has shape {tuple(present.shape)}, "
                              f"rewards {tuple(rewards.shape)}")
-        return component_advantages(rewards, present & rewards.isfinite(), batch.group, self.eps)
+        return present & rewards.isfinite()
 
-    def selection(self, comp: Tensor, group: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """``(keep [B] bool, scale [B], diagnostics)``: GDPO keeps every row at scale 1."""
-        return torch.ones(len(comp), dtype=torch.bool, device=comp.device), comp.new_ones(len(comp)), {}
+    def components(self, batch: RolloutBatch) -> Tensor:
+        """``[B, K]`` the per-component group-normalized advantages ``Â``."""
+        return component_advantages(batch.rewards.to(batch.mask.dtype), self.presence(batch), batch.group, self.eps)
+
+    def selection(self, comp: Tensor, group: Tensor, scored: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """``(keep [B] bool, scale [B], diagnostics)`` over the ``scored`` rows: GDPO keeps every one at scale 1."""
+        return scored, comp.new_ones(len(comp)), {}
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
-        mask = batch.mask
         comp = self.components(batch)
         total = comp @ batch.reward_weights.to(comp)
-        keep, scale, diagnostics = self.selection(comp, batch.group)
-        return AdvantageResult(whiten_rows(total * scale, mask, keep, self.whiten), diagnostics=diagnostics)
+        keep, scale, diagnostics = self.selection(comp, batch.group, self.presence(batch).any(-1))
+        return AdvantageResult(whiten_rows(total * scale, batch.mask, keep, self.whiten), diagnostics=diagnostics)
 
 
 @ADVANTAGES.register("gd2po")
@@ -110,8 +117,8 @@ class GD2PO(GDPO):
     """GDPO with conflicted rollouts dropped. A rollout is conflicted when one normalized component is positive
     and another negative (``Â > 1e-8`` and ``Â < −1e-8``); ``variant: hard`` drops every conflicted rollout,
     ``snr`` only those whose consensus ``κ_i = Σ_k Â[i,k] / (Σ_k |Â[i,k]| + 1e-8)`` has ``|κ_i| < tau``. With
-    ``q_g`` the fraction of group g's rollouts kept, ``X_i = q_g·S_i`` on the kept rollouts is whitened over the
-    kept tokens only; dropped rollouts get exactly 0 (all 0 when nothing is kept).
+    ``q_g`` the fraction of group g's scored rollouts kept, ``X_i = q_g·S_i`` on the kept rollouts is whitened
+    over the kept tokens only; dropped rollouts get exactly 0 (all 0 when nothing is kept).
 
     A conflicted rollout's components pull the policy both ways and cancel out; dropping it and scaling each
     query by how much of its group agrees keeps the update on the rollouts whose signal is consistent.
@@ -127,13 +134,13 @@ class GD2PO(GDPO):
     tau: float = Field(0.8, ge=0, le=1)
     """Consensus threshold of the ``snr`` variant."""
 
-    def selection(self, comp: Tensor, group: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """Keep the rollouts that are not (severely) conflicted; scale by their group's keep ratio."""
+    def selection(self, comp: Tensor, group: Tensor, scored: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """Keep the scored rollouts that are not (severely) conflicted; scale by their group's keep ratio."""
         conflict = conflicted(comp)
         drop = conflict & (consensus(comp).abs() < self.tau) if self.variant == "snr" else conflict
-        keep = ~drop
+        keep = scored & ~drop
         _, inv = torch.unique(group, return_inverse=True)
-        kept = segment_sum(keep.to(comp.dtype), inv) / segment_sum(torch.ones_like(comp[:, 0]), inv)
+        kept = segment_sum(keep.to(comp.dtype), inv) / segment_sum(scored.to(comp.dtype), inv).clamp_min(1)
         n = max(len(comp), 1)
         diagnostics = {"gd2po/conflict_frac": float(conflict.sum()) / n, "gd2po/drop_frac": float(drop.sum()) / n}
         return keep, kept[inv], diagnostics

@@ -52,7 +52,16 @@ class PRIME(AdvantageEstimator):
     ``normalize_process`` first divides every r by ``max_{i,t} |Σ_{s≥t} r_{i,s}| + 1e-6`` (the code's default
     ``prime_norm: batch_norm``), so the largest process return has size 1 like a 0/1 outcome. A group of one
     keeps its rewards (no baseline), as ``rloo`` does; a batch with one trained token is not whitened.
-    Non-finite rewards or process rewards are refused (ValueError). Logs ``prime/process_reward`` (the mean raw
+    Non-finite rewards or process rewards are refused (ValueError).
+
+    Of PRIME's two reference implementations polo follows the authors' code on which tokens are rewarded and
+    verl's PRIME recipe on where the normalisation's epsilon goes. Every response token, the last included,
+    keeps its process reward (the authors' code; verl's recipe zeroes the last token's, leaving it to the
+    outcome). The epsilon 1e-6 is added to the largest process return of the β-scaled rewards
+    ``r = β·log π_φ/π_ref`` (verl's recipe); the authors' code normalises the unscaled log-ratios, where β
+    cancels, so theirs is ``q/(M_q + 1e-6)`` and polo's ``q/(M_q + 1e-6/β)`` (``M_q`` the largest
+    ``|Σ_{s≥t} log π_φ/π_ref|``): equal to 2e-5/M_q relative at β = 0.05, i.e. apart only while the PRM has
+    barely left the reference (M_q ≲ 1e-3). Logs ``prime/process_reward`` (the mean raw
     r_t per trained token) and ``prime/process_scale`` (the divisor of ``normalize_process``, 1 without it).
     """
 
