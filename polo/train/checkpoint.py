@@ -67,27 +67,42 @@ def save_checkpoint(
 ) -> Path:
     """Write ``weights`` (name → state dict, as safetensors) and ``state`` (torch.save) atomically; refuse
     weights that are not finite."""
-    for name, sd in weights.items():
-        bad = [key for key, tensor in sd.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
-        if bad:
-            raise CheckpointError(f"step {step}: {name} weights {bad[:3]} are not finite; nothing written")
+    return finish_checkpoint(begin_checkpoint(run_dir, step), weights, state)
+
+
+def begin_checkpoint(run_dir: Path, step: int) -> Path:
+    """The empty temporary folder checkpoint ``step`` is written into (``.tmp_step_NNNNNN_PID``), after removing
+    those of killed writes. Sharded weights are written into it by every rank before ``finish_checkpoint``."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     clean_temporaries(run_dir)
-    final = root / f"step_{step:06d}"
     tmp = root / f"{_TMP_PREFIX}{step:06d}_{os.getpid()}"
     tmp.mkdir()
+    return tmp
+
+
+def finish_checkpoint(tmp: Path, weights: dict[str, dict[str, torch.Tensor]], state: dict[str, Any]) -> Path:
+    """Add ``weights`` and ``state`` to the temporary folder ``tmp`` (``begin_checkpoint``), seal it with its
+    manifest and rename it into place as ``step_NNNNNN``; refuse weights that are not finite."""
+    step = int(tmp.name[len(_TMP_PREFIX):].split("_")[0])
+    for name, sd in weights.items():
+        bad = [key for key, tensor in sd.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
+        if bad:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CheckpointError(f"step {step}: {name} weights {bad[:3]} are not finite; nothing written")
     for name, sd in weights.items():
         save_file(_contiguous(sd), str(tmp / f"{name}.safetensors"))
     torch.save(state, tmp / "trainer_state.pt")
-    for f in tmp.iterdir():
-        _fsync(f)
+    for f in tmp.rglob("*"):
+        if f.is_file():
+            _fsync(f)
     write_manifest(tmp)  # last: a folder with a valid manifest is complete
+    final = tmp.parent / f"step_{step:06d}"
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
     try:  # make the rename itself durable
-        fd = os.open(root, os.O_RDONLY)
+        fd = os.open(tmp.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

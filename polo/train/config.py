@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_valid
 
 from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOSSES, ConfigError, Settings
 from polo.core.suggest import unknown_key
+from polo.dist.fsdp_settings import FSDPSettings
 from polo.policy.lora import LoraConfig
 from polo.policy.kinds import KINDS
 from polo.policy.tiny import TinyModelConfig
@@ -237,6 +238,11 @@ class Dist(Settings):
     learner_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of a data-parallel learner (``torchrun --nproc_per_node N``); auto: nccl on
     cuda, gloo on cpu."""
+    shard: Literal["none", "fsdp"] = "none"
+    """``none``: every learner rank holds the whole policy and its optimizer state (gradients summed over ranks);
+    ``fsdp``: parameters, gradients and optimizer state sharded over the ranks with FSDP2 (``fully_shard``, per
+    decoder layer then the root), for models that do not fit one device (docs/scaling.md)."""
+    fsdp: FSDPSettings = FSDPSettings()
 
 
 class Recipe(Settings):

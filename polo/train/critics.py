@@ -8,6 +8,7 @@ import math
 import torch
 
 from polo.core.aggregation import Aggregation, StepCounts
+from polo.dist.fsdp import clip_grad_norm
 
 
 class Critics:
@@ -25,13 +26,13 @@ class Critics:
         """True during the warm-up: ``step`` (completed steps) below some critic's ``warmup_steps``."""
         return any(step < role.warmup_steps for _, role, _, _ in self.members)
 
-    def backward(self, micro, counts: StepCounts, aggregation: Aggregation) -> dict[str, float]:
+    def backward(self, micro, counts: StepCounts, aggregation: Aggregation, weight: float = 1.0) -> dict[str, float]:
         """Each role's ``loss`` on the micro-batch (a critic's: the clipped value loss against ``micro.returns``),
-        backpropagated; logged as ``loss/NAME`` and the role's diagnostics as ``NAME/KEY``."""
+        backpropagated with ``weight``; logged as ``loss/NAME`` and the role's diagnostics as ``NAME/KEY``."""
         stats = {}
         for name, role, model, _ in self.members:
             loss, diagnostics = role.loss(model, micro, counts, aggregation)
-            loss.backward()
+            (loss * weight if weight != 1.0 else loss).backward()
             stats[f"loss/{name}"] = float(loss.detach())
             stats.update({f"{name}/{key}": value for key, value in diagnostics.items()})
         return stats
@@ -44,20 +45,21 @@ class Critics:
         """One optimizer step per critic; a critic whose gradient is not finite skips it. Returns the skips."""
         skipped = 0
         for _, _, model, optimizer in self.members:
-            if math.isfinite(float(torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip))):
+            if math.isfinite(clip_grad_norm(list(model.parameters()), self.grad_clip)):
                 optimizer.step()
             else:
                 skipped += 1
             optimizer.zero_grad(set_to_none=True)
         return skipped
 
-    def weights(self) -> dict[str, dict]:
-        return {name: model.state_dict() for name, _, model, _ in self.members}
-
     def state_dict(self) -> dict[str, dict]:
-        return {name: optimizer.state_dict() for name, _, _, optimizer in self.members}
+        return {name: optimizer.state_dict() for name, optimizer in self.optimizers().items()}
 
-    def load(self, weights: dict[str, dict], state: dict[str, dict]) -> None:
-        for name, _, model, optimizer in self.members:
-            model.load_state_dict(weights[name])
-            optimizer.load_state_dict(state[name])
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {name: optimizer for name, _, _, optimizer in self.members}
+
+    def load_optimizers(self, state: dict[str, dict]) -> None:
+        """The optimizer states of ``state`` (those of sharded critics are restored with their shards)."""
+        for name, optimizer in self.optimizers().items():
+            if name in state:
+                optimizer.load_state_dict(state[name])

@@ -24,6 +24,7 @@ from polo.policy.lora import apply_lora, is_lora
 from polo.policy.policy import Policy
 from polo.policy.kinds import policy_class
 from polo.train.callbacks import Callback
+from polo.dist.fsdp import is_sharded_checkpoint, load_unsharded
 from polo.train.checkpoint import CheckpointError, checkpoint_steps, latest_checkpoint, load_weights, verify_checkpoint
 from polo.train.config import Recipe, load_recipe
 from polo.train.files import check_replaceable_dir, install_dir, temporary_dir
@@ -97,7 +98,11 @@ def checkpoint_policy(run_dir: Path, recipe: Recipe, step: int | None = None,
     ckpt = select_checkpoint(run_dir, step, log)
     policy = build_run_policy(recipe)
     try:
-        policy.load_state_dict(load_weights(ckpt)["policy"])
+        weights = load_weights(ckpt)
+        if "policy" in weights or not is_sharded_checkpoint(ckpt):
+            policy.load_state_dict(weights["policy"])
+        else:  # a sharded run's: its DCP shards, read whole in this process
+            load_unsharded(ckpt, "policy", policy)
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"{ckpt} does not hold weights of the model {run_dir / 'config.yaml'} describes: "
                               f"{str(err).splitlines()[0]}") from None
@@ -123,6 +128,9 @@ class FinalExport(Callback):
     ``AutoModelForCausalLM.from_pretrained`` (a previous ``final/``, e.g. before a resume, is replaced)."""
 
     def on_train_end(self, trainer: Trainer, rows: list[dict[str, Any]]) -> None:
-        out = save_export(trainer.policy, trainer.run_dir / FINAL_DIR,
+        policy = trainer.policy
+        if trainer.sharded:  # rank 0 alone: the policy of the last checkpoint (the last step is always saved)
+            policy, _ = checkpoint_policy(trainer.run_dir, trainer.recipe, trainer.step_count, trainer.log)
+        out = save_export(policy, trainer.run_dir / FINAL_DIR,
                           {"run": str(trainer.run_dir.resolve()), "step": trainer.step_count}, merge_lora=True)
         trainer.log(f"final model: {out}")

@@ -10,7 +10,6 @@ for bit.
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import random
@@ -25,7 +24,8 @@ import torch
 from polo.core.batch import RolloutBatch, concat_batches
 from polo.core.context import StepContext, TrainingContext
 from polo.core.registry import ConfigError
-from polo.dist.data_parallel import DataParallel, NoMetrics
+from polo.dist.data_parallel import DataParallel, NoMetrics, process_group_backend
+from polo.dist.fsdp import ShardedModules, shard_run
 from polo.policy.policy import DTYPES, Policy, resolve_device
 from polo.roles.base import RoleResources
 from polo.policy.kinds import policy_class
@@ -37,8 +37,8 @@ from polo.tasks.rewards import RewardSpec
 from polo.train.async_rollouts import AsyncRollouts
 from polo.train.builtin_callbacks import builtin_callbacks
 from polo.train.callbacks import Callback
-from polo.train.checkpoint import (CheckpointError, latest_checkpoint, load_checkpoint, prune_checkpoints,
-                                   save_checkpoint)
+from polo.train.checkpoint import (CheckpointError, begin_checkpoint, finish_checkpoint, latest_checkpoint,
+                                   load_checkpoint, prune_checkpoints, save_checkpoint)
 from polo.train.config import (Recipe, config_changes, default_run_dir, load_recipe, load_run_config, save_config,
                                with_rewards)
 from polo.train.critics import Critics
@@ -198,6 +198,7 @@ class Trainer:
                                   temperature=recipe.rollout.temperature)
         self.policy, self.models = build_models(run, policy, resources)
         self.data_parallel.broadcast_weights([self.policy, *self.models.values()])
+        self.sharded = self.shard_models(run)
         self.max_new_tokens = max_new_tokens(recipe, self.task)
         self.reward_context = RewardContext(TrainerState(max_steps=recipe.train.steps))
         self.workers = self.start_engine()
@@ -213,7 +214,7 @@ class Trainer:
                                       run.plan.needs, recipe.rollout.temperature, self.sample_generator)
         self.updater = Updater(self.policy, self.optimizer, loss_terms(recipe, run), self.critics,
                                update_settings(recipe, run, self.max_new_tokens), self.shuffle_generator,
-                               run.optimizer_hook, self.data_parallel)
+                               run.optimizer_hook, self.data_parallel, lockstep=bool(self.sharded))
         self.replay: list = []
         self.nonfinite_skips = 0
         self.step_count = 0
@@ -234,6 +235,16 @@ class Trainer:
                                      key=self.task.problem_key):
             self.log(message)
         return pool
+
+    def shard_models(self, run: Run) -> ShardedModules:
+        """``dist.shard: fsdp``: the policy and the role models sharded over the learner ranks (polo.dist.fsdp);
+        else nothing is sharded."""
+        d = self.recipe.dist
+        if d.shard == "none":
+            return ShardedModules()
+        wrappers = [name for name, role in run.trained_roles.items() if role.wraps_policy]
+        return shard_run(d.fsdp, self.data_parallel.world, process_group_backend(d.learner_backend), self.policy,
+                         self.models, wrappers)
 
     def start_engine(self):
         """Set the engine up with the task, rewards, sampling settings and role models; start the Ray rollout
@@ -260,17 +271,33 @@ class Trainer:
         return AsyncRollouts(self.policy, staleness, self.produce, self.inputs_state)
 
     # ----------------------------------------------------------------- state
+    def checkpointed_models(self) -> dict[str, torch.nn.Module]:
+        """The modules a checkpoint holds, by their name in it: the policy, the trained roles, the frozen roles
+        that change (``Role.checkpointed``)."""
+        models = {"policy": self.policy, **{name: model for name, _, model, _ in self.critics.members}}
+        models.update({f"role.{n}": self.models[n] for n, role in self.roles.items()
+                       if role.checkpointed and not role.trainable})
+        return models
+
+    def sharded_checkpoint(self) -> tuple[dict[str, torch.nn.Module], dict[str, torch.optim.Optimizer]]:
+        """The checkpointed modules that are sharded (saved with DCP, not as safetensors) and their optimizers."""
+        optimizers = {"policy": self.optimizer, **self.critics.optimizers()}
+        modules = {name: model for name, model in self.checkpointed_models().items() if self.sharded.holds(model)}
+        return modules, {name: optimizers[name] for name in modules if name in optimizers}
+
     def state(self) -> tuple[dict, dict]:
-        weights = {"policy": self.policy.state_dict(), **self.critics.weights()}
-        weights.update({f"role.{n}": self.models[n].state_dict() for n, role in self.roles.items()
-                        if role.checkpointed and not role.trainable})
+        """The checkpoint's weights (name → state dict, the sharded modules left to ``sharded_checkpoint``) and
+        the trainer state (optimizer states of sharded modules left out too)."""
+        sharded, _ = self.sharded_checkpoint()
+        weights = {name: model.state_dict() for name, model in self.checkpointed_models().items()
+                   if name not in sharded}
         state: dict[str, Any] = {
             "step": self.step_count,
             "elapsed": self.elapsed,
             "kl": self.kl.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": None if "policy" in sharded else self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "critic_optimizers": self.critics.state_dict(),
+            "critic_optimizers": {k: v for k, v in self.critics.state_dict().items() if k not in sharded},
             "stream": self.stream.state_dict(),
             "sample_generator": self.sample_generator.get_state(),
             "shuffle_generator": self.shuffle_generator.get_state(),
@@ -287,10 +314,22 @@ class Trainer:
             state["components"]["prompt_sampler"] = in_flight["prompt_sampler"]
         return weights, state
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """Write a checkpoint (rank 0; with sharded modules every rank writes its shards into the folder rank 0
+        opens, and rank 0 seals it). Returns its path on rank 0, None on the others."""
+        dp = self.data_parallel
+        if not (dp.is_main or self.sharded):
+            return None
         weights, state = self.state()
-        path = save_checkpoint(self.run_dir, self.step_count, weights, state)
-        prune_checkpoints(self.run_dir, keep=2)
+        if not self.sharded:
+            path = save_checkpoint(self.run_dir, self.step_count, weights, state)
+        else:
+            tmp = Path(dp.same(str(begin_checkpoint(self.run_dir, self.step_count)) if dp.is_main else None))
+            self.sharded.save(tmp, *self.sharded_checkpoint())
+            path = finish_checkpoint(tmp, weights, state) if dp.is_main else None
+            dp.barrier()  # no rank goes on before the checkpoint is in place
+        if dp.is_main:
+            prune_checkpoints(self.run_dir, keep=2)
         return path
 
     def restore(self, path: Path) -> None:
@@ -301,12 +340,15 @@ class Trainer:
         if changed:
             raise ConfigError(f"{self.run_dir / 'config.yaml'} differs from the configuration this run was trained "
                               f"with: {'; '.join(changed)}; put it back or start a new run")
-        self.policy.load_state_dict(weights["policy"])
-        self.critics.load(weights, state["critic_optimizers"])
-        for name, role in self.roles.items():
-            if role.checkpointed and not role.trainable:
-                self.models[name].load_state_dict(weights[f"role.{name}"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        sharded = self.sharded_checkpoint()
+        for name, model in self.checkpointed_models().items():
+            if name not in sharded[0]:
+                model.load_state_dict(weights[name])
+        self.critics.load_optimizers(state["critic_optimizers"])
+        if state["optimizer"] is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:
+            self.sharded.load(path, *sharded)
         self.scheduler.load_state_dict(state["scheduler"])
         self.stream.load_state_dict(state["stream"])
         self.sample_generator.set_state(state["sample_generator"])
@@ -332,8 +374,9 @@ class Trainer:
         return got
 
     def generate(self, examples, indices, policy=None):
-        return self.data_parallel.rollout(partial(self.rollout, policy=policy), examples, indices,
-                                          self.sample_generator)
+        with self.sharded.gathered():  # each rank decodes its own prompts: no collective in between
+            return self.data_parallel.rollout(partial(self.rollout, policy=policy), examples, indices,
+                                              self.sample_generator)
 
     def push_weights(self, policy, version: int) -> None:
         """``policy``'s weights (after ``version`` updates) to where generation runs: the engine's vLLM, the Ray
@@ -456,8 +499,9 @@ class Trainer:
         context = TrainingContext(torch.arange(len(pool)), rollout)
         row: dict[str, float] = {}
         self.policy.eval()
-        for comp in self.components.values():
-            row.update(comp.before_training(context))
+        with self.sharded.gathered():
+            for comp in self.components.values():
+                row.update(comp.before_training(context))
         row.update(self.reward_context.take_metrics())
         return row
 
@@ -466,7 +510,7 @@ class Trainer:
         """Held-out greedy accuracy, then each callback's ``on_evaluate`` metrics."""
         t = time.perf_counter()
         with self.async_rollouts.engine_free(self.engine, self.policy, self.step_count) if self.async_rollouts \
-                else contextlib.nullcontext():
+                else self.sharded.gathered():
             row = {"eval/greedy_accuracy": self.data_parallel.evaluate(partial(self.engine.evaluate, self.policy),
                                                                        self.eval_examples)}
         row.update({f"eval/{name}": value for name, value in self.engine.evaluation_metrics().items()})
@@ -531,8 +575,7 @@ class Trainer:
             self.write_row(row)
             if progress is not None:
                 progress(self.step_count, row)
-            if main and (self.step_count % r.train.save_every == 0 or last):
-                path = self.save()
+            if (self.step_count % r.train.save_every == 0 or last) and (path := self.save()) is not None:
                 plot_run(self.metrics.read(), self.run_dir / "curves.png", title=title)
                 for callback in self.callbacks:
                     callback.on_save(self, path)

@@ -24,6 +24,7 @@ from polo.core.optim_hooks import OptimizerHook
 from polo.core.regularizers import Regularizer
 from polo.core.segment import run_start_rows, run_starts
 from polo.dist.data_parallel import DataParallel
+from polo.dist.fsdp import clip_grad_norm, is_shard
 from polo.train.critics import Critics
 
 
@@ -129,6 +130,11 @@ class Minibatch:
     """Row indices into ``batch`` of each micro-batch."""
     empty: bool
     """Every row of the minibatch was inert: the step is taken on zero gradients."""
+    passes: int
+    """Forward/backward passes this rank runs: ``len(micro)``, or under ``lockstep`` the most micro-batches of
+    any rank (the passes past ``len(micro)`` are zero-weight passes over ``idle``)."""
+    idle: RolloutBatch
+    """One row of the minibatch: the input of a zero-weight pass."""
 
 
 @dataclass
@@ -173,12 +179,14 @@ class Updater:
 
     def __init__(self, policy, optimizer: torch.optim.Optimizer, terms: LossTerms, critics: Critics,
                  settings: UpdateSettings, generator: torch.Generator, gradient_hook: OptimizerHook | None = None,
-                 data_parallel: DataParallel | None = None):
+                 data_parallel: DataParallel | None = None, lockstep: bool = False):
         """``data_parallel``: this rank's share of each minibatch is trained here and the gradients summed
-        over the ranks before clipping (polo.dist.data_parallel); None: one process."""
+        over the ranks before clipping (polo.dist.data_parallel); None: one process. ``lockstep``: the models are
+        sharded (polo.dist.fsdp), whose every forward and backward is a collective: each rank runs as many
+        passes per optimizer step as the rank with the most micro-batches, the extra ones with zero weight."""
         self.policy, self.optimizer, self.terms, self.critics = policy, optimizer, terms, critics
         self.settings, self.generator, self.hook = settings, generator, gradient_hook
-        self.data_parallel = data_parallel
+        self.data_parallel, self.lockstep = data_parallel, lockstep and data_parallel is not None
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def skips_inert_rows(self, kl_coef: float, policy_frozen: bool) -> bool:
@@ -215,9 +223,10 @@ class Updater:
                     trained = self.data_parallel.shard(trained, s.whole_groups)
                 parts = micro_batches(trained.group, s.micro_batch_size, self.hook.estimates if self.hook else 1,
                                       s.whole_groups, padded_lengths(trained), s.micro_batch_tokens)
+                passes = max(self.data_parallel.gather(len(parts))) if self.lockstep else len(parts)
                 yield Minibatch(StepCounts.from_mask(whole.response_mask, s.max_new_tokens),
                                 [float(reg.scope(whole).sum()) for reg in self.terms.regularizers], len(rows),
-                                trained, parts, empty)
+                                trained, parts, empty, passes, whole.select(torch.arange(1)))
 
     def step(self, minibatch: Minibatch, kl_coef: float, policy_frozen: bool, totals: UpdateTotals) -> None:
         """One optimizer step on ``minibatch``: the micro-batches' backwards, the gradients summed over the
@@ -226,10 +235,11 @@ class Updater:
             for p in self.params:
                 p.grad = torch.zeros_like(p)
         estimates = self.backward(minibatch, kl_coef, policy_frozen, totals)
-        if self.data_parallel is not None:
-            self.data_parallel.all_reduce_grads([*self.params, *self.critics.parameters()])
+        if self.data_parallel is not None:  # shards' gradients were summed by FSDP's reduce-scatter
+            self.data_parallel.all_reduce_grads([p for p in (*self.params, *self.critics.parameters())
+                                                 if not is_shard(p)])
         if not policy_frozen:
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.settings.grad_clip or math.inf))
+            norm = clip_grad_norm(self.params, self.settings.grad_clip or math.inf)
             if math.isfinite(norm):
                 totals.grad_norms.append(norm)
                 several = self.hook is not None and len(estimates) > 1
@@ -247,6 +257,11 @@ class Updater:
         ``totals``; returns the gradient hook's per-micro-batch gradient estimates (none without a hook)."""
         trained, parts = minibatch.batch, minibatch.micro
         estimates, previous = [], None
+        for _ in range(len(parts), minibatch.passes):  # lockstep: this rank's extra passes add nothing
+            if not policy_frozen:
+                self.policy_backward(minibatch.idle, minibatch.counts, minibatch.size, kl_coef, minibatch.scopes,
+                                     weight=0.0)
+            self.critics.backward(minibatch.idle, minibatch.counts, self.terms.aggregation, weight=0.0)
         for micro_rows in parts:
             micro = trained if len(parts) == 1 else trained.select(micro_rows)
             stats = {} if policy_frozen else self.policy_backward(micro, minibatch.counts, minibatch.size, kl_coef,
@@ -269,9 +284,9 @@ class Updater:
             g["lr"] = lr
 
     def policy_backward(self, micro, counts: StepCounts, minibatch_rows: int, kl_coef: float,
-                        scopes: list[float] = ()) -> dict[str, float]:
-        """Backward of the policy's loss terms on one micro-batch (``scopes``: each regularizer's scope total
-        over the minibatch); returns its diagnostics."""
+                        scopes: list[float] = (), weight: float = 1.0) -> dict[str, float]:
+        """Backward of ``weight`` × the policy's loss terms on one micro-batch (``scopes``: each regularizer's
+        scope total over the minibatch); returns its diagnostics."""
         s, t = self.settings, self.terms
         mask = micro.mask
         n = mask.sum().clamp_min(1)
@@ -302,7 +317,7 @@ class Updater:
             loss = loss + reg.coef * term
             stats[f"loss/{reg.registry_name}"] = float(term.detach())
             stats.update({f"{reg.registry_name}/{k}": float(v) for k, v in reg_out.metrics.items()})
-        loss.backward()
+        (loss * weight if weight != 1.0 else loss).backward()
         log_ratio = (logp.detach() - micro.old_logp) * mask
         ratio = log_ratio.clamp(-20, 20).exp() * mask
         stats["policy/kl_old"] = float(-log_ratio.sum() / n)

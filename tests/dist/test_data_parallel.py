@@ -104,25 +104,30 @@ def fixed_batch(policy: Policy, live_groups: list[int] | None, off_policy: float
                         returns=torch.randn(B, T, generator=g), extras={"correct": correct})
 
 
-def flat_grad(params) -> torch.Tensor:
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+def flat_grad(params, full=lambda tensor: tensor) -> torch.Tensor:
+    """Every parameter's gradient flattened and concatenated (0 where none); ``full`` gathers a shard whole."""
+    return torch.cat([full(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
 
 
-def one_update(data_parallel: DataParallel | None, scenario: str) -> dict:
-    """The policy and critic gradients of the one optimizer step the real updater takes, and its metrics."""
+def one_update(data_parallel: DataParallel | None, scenario: str, shard=None, full=lambda tensor: tensor) -> dict:
+    """The policy and critic gradients of the one optimizer step the real updater takes, and its metrics;
+    ``shard(policy, critic or None)`` shards the models first (the updater then runs in lockstep) and ``full``
+    gathers their gradients whole."""
     c = {**DEFAULT, **SCENARIOS[scenario]}
     policy = tiny_policy()
-    critic = c["critic"]
-    critics = Critics([("critic", ROLES.build("critic"), ValueModel.from_policy(policy))] if critic else [], 1.0)
+    value = ValueModel.from_policy(policy) if c["critic"] else None
+    if shard is not None:
+        shard(policy, value)
+    critics = Critics([("critic", ROLES.build("critic"), value)] if value is not None else [], 1.0)
     terms = LossTerms(POLICY_LOSSES.build(c["loss"]), AGGREGATIONS.build(c["aggregation"]), DIVERGENCES.build("k3"))
     settings = UpdateSettings(micro_batch_size=c["micro_batch_size"], max_new_tokens=T,
                               whole_groups=c["whole_groups"], skip_zero_advantage_rows=True)
     updater = Updater(policy, torch.optim.SGD(policy.parameters(), lr=0.0), terms, critics, settings,
-                      torch.Generator().manual_seed(0), data_parallel=data_parallel)
+                      torch.Generator().manual_seed(0), data_parallel=data_parallel, lockstep=shard is not None)
     got = {}
-    updater.optimizer_step = lambda factor: got.update(policy=flat_grad(updater.params))
-    if critic:
-        critics.step = lambda: got.update(critic=flat_grad(critics.parameters())) or 0
+    updater.optimizer_step = lambda factor: got.update(policy=flat_grad(updater.params, full))
+    if value is not None:
+        critics.step = lambda: got.update(critic=flat_grad(critics.parameters(), full)) or 0
     got["metrics"] = updater.run(fixed_batch(policy, c["live_groups"], c["off_policy"]))
     return got
 
