@@ -199,7 +199,7 @@ class Policy(nn.Module):
     def enable_gradient_checkpointing(self) -> None:
         """Recompute each layer's activations in the backward instead of keeping them (memory for compute), in
         training mode only: sampling and no-grad forwards run in eval mode and keep their KV cache. The
-        training forward is then one plain forward (``read_after_prompt``: the layers drop a KV cache)."""
+        training forward is then one plain or packed forward (``read_after_prompt``: the layers drop a KV cache)."""
         self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def encode_prompts(self, prompts: Sequence[str | Example]) -> tuple[Tensor, Tensor]:

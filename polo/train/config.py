@@ -22,6 +22,7 @@ from polo.core.registry import ADVANTAGES, AGGREGATIONS, DIVERGENCES, POLICY_LOS
 from polo.core.suggest import unknown_key
 from polo.policy.lora import LoraConfig
 from polo.policy.kinds import KINDS
+from polo.policy.packing import PackRows
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.vision_settings import VisionTowerConfig
 from polo.engines.base import ENGINES
@@ -162,7 +163,7 @@ class Loop(Settings):
     """Recompute each layer's activations in the backward instead of storing them (Hugging Face gradient
     checkpointing, non-reentrant): less memory in the training forward for about one more forward of compute;
     sampling keeps its KV cache."""
-    pack_rows: bool | Literal["auto"] = "auto"
+    pack_rows: PackRows = "auto"
     """Run the policy's and the critic's log-prob / value forwards (the update, old and reference log-probs) on
     packed rows: each row's real prompt ++ response tokens laid end to end, position ids restarting per sequence,
     attention kept within each sequence (polo.policy.packing), instead of padded rows with prompt sharing (the G

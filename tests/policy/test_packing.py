@@ -2,10 +2,14 @@
 import pytest
 import torch
 
+from polo.core.registry import ConfigError
 from polo.policy import TinyModelConfig, ValueModel
 from polo.policy import packing, prefix
 from polo.policy.packing import PackedRows, assign_rows, reads_of
 from polo.policy.policy import build_tiny_policy
+from polo.tasks import build_task
+from polo.train.config import load_recipe
+from polo.train.trainer import load_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)
 
@@ -136,6 +140,16 @@ def test_reads_and_bad_values():
     with pytest.raises(ValueError, match="pack='yes'"):
         prefix.read_after_prompt(None, torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1), torch.ones(1, 1),
                                  lambda out: out, lm_head=True, pack="yes")
+
+
+def test_train_pack_rows_reaches_the_policy_and_its_critic(tmp_path):
+    build_tiny_policy(SMALL).save(tmp_path)
+    recipe = load_recipe("grpo", [f"model.path={tmp_path}", "train.pack_rows=false"])
+    policy = load_policy(recipe, build_task(recipe.task), ["1+2="], log=lambda _: None)
+    assert policy.pack_rows is False and ValueModel.from_policy(policy).pack_rows is False
+    assert load_recipe("grpo", []).train.pack_rows == "auto"
+    with pytest.raises(ConfigError, match="train.pack_rows"):
+        load_recipe("grpo", ["train.pack_rows=sometimes"])
 
 
 def test_varlen_attention_reads_the_model_config():
