@@ -14,6 +14,14 @@ Layout (``PackedRows.plan``): dense attention (SDPA, eager) computes every query
 are at most as wide as the longest sequence (attention per query is then no wider than padded rows'); a varlen
 kernel (``attn_implementation`` ``flash_attention_*``) computes only each sequence's own pairs, so all
 sequences go into one row of ``Σ s_b`` tokens (transformers' varlen path reads packing from one row only).
+
+Packing against prompt sharing (polo.policy.prefix): a packed sequence carries its own prompt, so packing gives
+sharing up. ``pack="auto"`` (``read_after_prompt``) packs where the packed rows compute fewer token positions,
+``R · W``, than the padded forward, ``U · Tp + B · Tc`` with U distinct prompts. Measured (bench/packing.py, the
+built-in model on one CPU thread, docs/performance.md "Packed rows"): on the task ladder's shapes (base preset,
+4 prompts × 8 samples, ≤ 128 / ≤ 256 tokens) packed rows compute 0.88 / 0.80 × the positions and take 0.86 /
+0.72 × the update time; on 8 × 8 answers of ≤ 8 tokens they would compute 1.7 × the positions and take 1.47 × the
+time, and ``auto`` keeps prompt sharing.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ G rows, so each *distinct* prompt is run once into a KV cache, the cache is expa
 indexing (differentiable: gradients from the G continuations add up on the shared prompt), and only the
 continuations are run on the full batch. Token positions computed drop from ``B·(Tp + T)`` to
 ``U·Tp + B·T`` (U distinct prompts); results equal one forward over ``prompt ++ continuation``.
+``read_after_prompt`` can run packed rows instead (polo.policy.packing), where they compute fewer positions.
 """
 from __future__ import annotations
 
