@@ -59,6 +59,7 @@ class ActionMaskedPolicy(Policy):
                          compute_dtype=policy.compute_dtype)
         self.__dict__["masking"] = masking
         self.top_p, self.min_tokens_to_keep = top_p, min_tokens_to_keep
+        self.pack_rows = policy.pack_rows
         self.always = torch.tensor(sorted({*self.stop_token_ids, self.pad_token_id}))
 
     def allow(self, mask_logits: Tensor) -> Tensor:

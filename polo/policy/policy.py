@@ -15,6 +15,7 @@ from polo.core.losses.entropy import entropy_from_logits
 from polo.core.registry import ConfigError
 from polo.policy.inputs import concat_inputs, pad_sequences
 from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora, merged_state_dict
+from polo.policy.packing import PackRows, reads_of
 from polo.policy.prefix import CachedDecoder, read_after_prompt
 from polo.policy.tiny import TinyModelConfig, build_tiny_model
 from polo.policy.tokenizer import build_char_tokenizer
@@ -113,6 +114,8 @@ class Policy(nn.Module):
     """The Hugging Face auto class ``load`` reads a checkpoint folder of this kind with."""
     causal_trunk: ClassVar[bool] = True
     """Whether ``hf_model.base_model`` is a causal text trunk a critic can copy (``ValueModel.from_policy``)."""
+    pack_rows: PackRows = "auto"
+    """The log-prob forward's packed rows (``read_after_prompt``'s ``pack``; the trainer sets ``train.pack_rows``)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False,
                  compute_dtype: torch.dtype | None = None):
@@ -196,7 +199,7 @@ class Policy(nn.Module):
     def enable_gradient_checkpointing(self) -> None:
         """Recompute each layer's activations in the backward instead of keeping them (memory for compute), in
         training mode only: sampling and no-grad forwards run in eval mode and keep their KV cache. The
-        training forward is then one plain forward (``read_after_prompt``: the layers drop a KV cache)."""
+        training forward is then one plain or packed forward (``read_after_prompt``: the layers drop a KV cache)."""
         self.hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def encode_prompts(self, prompts: Sequence[str | Example]) -> tuple[Tensor, Tensor]:
@@ -236,14 +239,18 @@ class Policy(nn.Module):
         return logits
 
     def response_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                        hidden_layer: int | None, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+                        hidden_layer: int | None, inputs: dict[str, Tensor],
+                        reads: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """``(logits [B, T, V] float32 predicting each response token, hidden_states[hidden_layer] or None)`` of one
         forward over ``prompt ++ response`` (position t−1 predicts response token t); called inside ``autocast``
-        with the tensors on ``device``; ``inputs``: the rows' ``model_inputs`` (none for a text LM)."""
+        with the tensors on ``device``; ``inputs``: the rows' ``model_inputs`` (none for a text LM). ``reads``
+        ``[B]``: row b's logits are used up to position ``reads[b]`` (``reads_of`` the response mask; the rest may
+        be 0), which lets ``pack_rows`` leave the padding out; None: all are used."""
         T = response_ids.shape[1]
         if hidden_layer is None:
             return read_after_prompt(self.model, prompt_ids, prompt_mask, response_ids[:, :-1],
-                                     lambda out: out.logits, lm_head=True).float(), None
+                                     lambda out: out.logits, lm_head=True, reads=reads,
+                                     pack=self.pack_rows).float(), None
         out = self.model(**concat_inputs(prompt_ids, prompt_mask, response_ids), use_cache=False,
                          logits_to_keep=T + 1, output_hidden_states=True)
         return out.logits[:, :-1].float(), out.hidden_states[hidden_layer]
@@ -261,7 +268,8 @@ class Policy(nn.Module):
             x.to(self.device) for x in (prompt_ids, prompt_mask, response_ids, response_mask))
         inputs = {name: x.to(self.device) for name, x in inputs.items()}
         with self.autocast():  # the model (and a restricting wrapper's masking model) in compute_dtype
-            logits, hidden = self.response_logits(prompt_ids, prompt_mask, response_ids, hidden_layer, inputs)
+            logits, hidden = self.response_logits(prompt_ids, prompt_mask, response_ids, hidden_layer, inputs,
+                                                  reads_of(response_mask))
             if temperature != 1.0:
                 logits = logits / temperature
             logits = self.restrict(logits, prompt_ids, prompt_mask, response_ids)
@@ -282,6 +290,9 @@ class Policy(nn.Module):
 class ValueModel(nn.Module):
     """PPO critic: its own copy of the policy's transformer trunk and a zero-initialised linear head."""
 
+    pack_rows: PackRows = "auto"
+    """The trunk forward's packed rows (``read_after_prompt``'s ``pack``; copied from the policy)."""
+
     def __init__(self, trunk: nn.Module, hidden_size: int, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.trunk = trunk
@@ -292,13 +303,16 @@ class ValueModel(nn.Module):
 
     @classmethod
     def from_policy(cls, policy: Policy) -> "ValueModel":
-        """A copy of the policy's trunk (with its device, mixed precision and gradient checkpointing)."""
+        """A copy of the policy's trunk (with its device, mixed precision, gradient checkpointing and
+        ``pack_rows``)."""
         if not policy.causal_trunk:
             raise ConfigError(f"a critic copies a causal LM's trunk, but the policy is a {type(policy).__name__}: "
                               f"use an advantage without a value model (group baselines) for this model.kind")
         trunk = copy.deepcopy(policy.hf_model.base_model)
         trunk.requires_grad_(True)
-        return cls(trunk, policy.hf_model.config.hidden_size, policy.compute_dtype).to(policy.device)
+        critic = cls(trunk, policy.hf_model.config.hidden_size, policy.compute_dtype).to(policy.device)
+        critic.pack_rows = policy.pack_rows
+        return critic
 
     def forward(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor) -> Tensor:
         """``[B, T]`` float32 values ``V(s_t)`` read at the position just before response token ``t`` (0 where
@@ -307,7 +321,8 @@ class ValueModel(nn.Module):
         prompt_ids, prompt_mask, response_ids = (x.to(device) for x in (prompt_ids, prompt_mask, response_ids))
         with mixed_precision(device, self.compute_dtype):
             hidden = read_after_prompt(self.trunk, prompt_ids, prompt_mask, response_ids[:, :-1],
-                                       lambda out: out.last_hidden_state, lm_head=False)
+                                       lambda out: out.last_hidden_state, lm_head=False,
+                                       reads=reads_of(response_mask.to(device)), pack=self.pack_rows)
         values = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float().to(home)
         return values.masked_fill(~response_mask.bool(), 0.0)
 

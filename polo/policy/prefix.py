@@ -5,6 +5,7 @@ G rows, so each *distinct* prompt is run once into a KV cache, the cache is expa
 indexing (differentiable: gradients from the G continuations add up on the shared prompt), and only the
 continuations are run on the full batch. Token positions computed drop from ``B·(Tp + T)`` to
 ``U·Tp + B·T`` (U distinct prompts); results equal one forward over ``prompt ++ continuation``.
+``read_after_prompt`` can run packed rows instead (polo.policy.packing), where they compute fewer positions.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch import Tensor
 from transformers import DynamicCache, LlamaForCausalLM
 
 from polo.policy.inputs import concat_inputs, positions, trim_left_padding
+from polo.policy.packing import PackedRows, PackRows, varlen_attention
 
 # transformers 5 renamed ``past_key_values`` to ``cache``
 CACHE_ARG = "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
@@ -100,19 +102,46 @@ def drops_cache(model) -> bool:
     return model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
+def packing_choice(model, prompt_mask: Tensor, distinct: tuple[Tensor, Tensor, Tensor] | None, Tc: int,
+                   reads: Tensor | None) -> tuple[PackedRows, int]:
+    """``(layout, padded)``: the packed rows of ``read_after_prompt``'s inputs (left-trimmed ``prompt_mask``
+    ``[B, Tp]``, ``Tc`` continuation tokens, ``reads`` or all ``1 + Tc``; ``distinct``: ``distinct_prompts`` or
+    None) and the token positions its padded forward computes, ``U · Tp + B · Tc`` with prompt sharing (U < B
+    distinct prompts), ``B · (Tp + Tc)`` without."""
+    B, Tp = prompt_mask.shape
+    reads = torch.full((B,), 1 + Tc, device=prompt_mask.device) if reads is None else reads
+    packed = PackedRows.plan(prompt_mask.sum(1), reads, one_row=varlen_attention(model))
+    return packed, (B if distinct is None else len(distinct[0])) * Tp + B * Tc
+
+
 def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuation: Tensor,
-                      read: Callable[[object], Tensor], *, lm_head: bool) -> Tensor:
+                      read: Callable[[object], Tensor], *, lm_head: bool, reads: Tensor | None = None,
+                      pack: PackRows = False) -> Tensor:
     """``read(model(prompt ++ continuation))`` at the last prompt position and at every continuation position,
     ``[B, 1 + Tc, ...]``, each distinct prompt computed once.
 
     ``read`` picks the output tensor (``logits`` of a causal LM with ``lm_head``, ``last_hidden_state`` of a
     trunk). Without repeated prompts, or when the model drops caches (``drops_cache``), this is one plain
     forward.
+
+    ``reads`` ``[B]`` (None: all ``1 + Tc``): the outputs of row b that are used, its first ``reads[b]``; the
+    others may be 0. ``pack``: run the rows' real tokens in packed rows instead (polo.policy.packing; True), or do
+    so when that computes fewer token positions than the padded forward (``"auto"``): packed ``R · W`` against
+    ``U · Tp + B · Tc`` with prompt sharing (U distinct prompts), ``B · (Tp + Tc)`` without. Packing drops prompt
+    sharing (each sequence carries its own prompt), so it wins where responses' padding outweighs the repeated
+    prompts (docs/performance.md, "Packed rows").
     """
+    if pack not in (True, False, "auto"):
+        raise ValueError(f"pack={pack!r}: expected true, false or 'auto'")
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask.long())
     B, Tc = continuation.shape
     distinct = None if drops_cache(model) else distinct_prompts(prompt_ids, prompt_mask)
-    if distinct is None or len(distinct[0]) == B:
+    shared = distinct is not None and len(distinct[0]) < B
+    if pack is not False:
+        packed, padded = packing_choice(model, prompt_mask, distinct, Tc, reads)
+        if pack is True or packed.positions < padded:
+            return packed.read(model, prompt_ids, continuation, read)
+    if not shared:
         keep = {"logits_to_keep": Tc + 1} if lm_head else {}
         out = model(**concat_inputs(prompt_ids, prompt_mask, continuation), use_cache=False, **keep)
         return read(out)[:, -(Tc + 1):]

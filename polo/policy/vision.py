@@ -175,10 +175,12 @@ class VisionPolicy(Policy):
         return logits.index_fill(-1, torch.tensor([self.image_token_id], device=logits.device), float("-inf"))
 
     def response_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
-                        hidden_layer: int | None, inputs: dict[str, Tensor]) -> tuple[Tensor, Tensor | None]:
+                        hidden_layer: int | None, inputs: dict[str, Tensor],
+                        reads: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         """One plain forward over ``prompt ++ response`` with the pictures (no shared prefixes: prompts that
-        read alike may show different pictures): the logits predicting each response token and, with
-        ``hidden_layer``, that layer's hidden states."""
+        read alike may show different pictures; no packed rows: the pictures' tokens sit in the prompts): the
+        logits predicting each response token and, with ``hidden_layer``, that layer's hidden states; ``reads`` is
+        not used."""
         if "pixel_values" not in inputs:
             raise ValueError("the vision policy's forward needs pixel_values (policy.model_inputs(batch))")
         T = response_ids.shape[1]

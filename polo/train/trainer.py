@@ -95,6 +95,7 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
                        compute_dtype=DTYPES[recipe.model.dtype])
     if recipe.train.gradient_checkpointing:
         policy.enable_gradient_checkpointing()
+    policy.pack_rows = recipe.train.pack_rows
     if recipe.model.chat_template and not policy.chat_template:
         log(chat_template_warning(path))
     if recipe.model.path is not None:
