@@ -1,5 +1,6 @@
-"""GPU check: vLLM generation and polo training on a randomly initialised ~0.5B Qwen2-shaped model, and the
-NCCL learner path. One command, a few minutes on one GPU; it prints tokens/s and GPU memory.
+"""GPU check: vLLM generation, polo training (replicated and FSDP-sharded, packed and padded rows) and TRL's
+GRPOTrainer on a randomly initialised ~0.5B Qwen2-shaped model, and the NCCL learner path. One command, under
+8 minutes on one GPU; it prints each figure and writes them all to a JSON file (``--out``).
 
 The model: Qwen2-0.5B's width (hidden 896, 14 query heads, 2 KV heads, MLP 4864, rope θ 1e6) with 32 layers
 and polo's character vocabulary, built from a config (no download): 0.48B parameters, saved as a local
@@ -10,12 +11,16 @@ call is fixed.
    (``VLLMGenerator.sync``); the log-prob gap between vLLM and the trainer's bfloat16 forward.
 2. polo's own KV-cache sampler on the same GPU, a quarter of that work, for the ratio.
 3. Training: ``polo train grpo_vllm`` on the checkpoint (model.device=cuda, model.dtype=bfloat16, gradient
-   checkpointing), 32 prompts × 8 × 128 tokens per step; update tokens/s and peak memory.
-4. The NCCL learner: ``torchrun --nproc_per_node 1`` with ``dist.learner_backend=nccl`` (one GPU: NCCL with one
-   rank checks the process-group path, not a speed-up).
+   checkpointing), 32 prompts × 8 × 128 tokens per step, with ``train.pack_rows`` true and false: update
+   tokens/s and the packed / padded update-time ratio.
+4. The sharded learner: ``torchrun --nproc_per_node 1`` with ``dist.shard=fsdp`` (bf16 mixed precision,
+   float32 shards) and, the same way, ``dist.learner_backend=nccl`` replicated (one GPU: the process-group paths,
+   not a speed-up); update time and peak GPU memory of each (read from the run's metrics).
+5. TRL 1.16's GRPOTrainer (``pip install 'polo[bench]'``; skipped without it) on the same model folder and
+   shapes, bf16, no vLLM, for the polo / TRL update-time ratio.
 
-    python bench/gpu_check.py            # on a machine with a GPU and polo[vllm]
-    python bench/gpu_check.py --smoke    # the same code path on a CPU with a 2-layer model (checks the script)
+    python bench/gpu_check.py --out gpu_check.json   # on a machine with a GPU and polo[vllm]
+    python bench/gpu_check.py --smoke                # the same code path on a CPU with a 2-layer model
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,7 +88,7 @@ def gpu_memory() -> str:
             f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB)")
 
 
-def generation(folder: Path, device: str, prompts: int, samples: int, tokens: int) -> None:
+def generation(folder: Path, device: str, prompts: int, samples: int, tokens: int) -> dict:
     policy = Policy.load(folder, device=device, compute_dtype=torch.bfloat16)
     examples = build_task({"name": "addition"}).examples("test", prompts, seed=0)
     ids, mask = policy.encode_prompts(examples)
@@ -96,8 +102,10 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     vllm_call()  # warm-up
     seconds, out = timed(vllm_call, 3)
     made = int(out.response_mask.sum())
+    figures = {"vllm_rows": len(ids), "vllm_tokens_per_s": made / seconds}
     print(f"vLLM generation: {len(ids)} rows x {tokens} tokens: {seconds:.2f} s/call, {made / seconds:,.0f} tokens/s")
     sync_seconds, _ = timed(lambda: served.sync(policy, 1), 3)
+    figures["vllm_weight_push_s"] = sync_seconds
     print(f"vLLM weight push (full weights, in-process): {sync_seconds * 1000:.0f} ms")
     with torch.no_grad():
         recomputed = policy.forward_logp(ids.to(policy.device), mask.to(policy.device), out.response_ids,
@@ -105,61 +113,135 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     m = out.response_mask.bool()
     gap = (recomputed - out.logp)[m]
     k3 = (gap.exp() - 1 - gap).mean()
+    figures.update(logp_gap_mean_abs=float(gap.abs().mean()), logp_gap_k3=float(k3))
     print(f"log-prob gap vLLM vs trainer (bfloat16): mean |d| {gap.abs().mean():.4f}, max |d| {gap.abs().max():.3f}, "
           f"k3 {k3:.2e}")
     quarter = slice(0, len(ids) // 4)
     seconds, out = timed(lambda: sample(policy, ids[quarter], mask[quarter], max_new_tokens=tokens,
                                         generator=generator), 1)
+    figures["polo_sampler_tokens_per_s"] = int(out.response_mask.sum()) / seconds
     print(f"polo sampler (HF KV cache, bfloat16 autocast): {len(ids) // 4} rows: "
-          f"{int(out.response_mask.sum()) / seconds:,.0f} tokens/s")
+          f"{figures['polo_sampler_tokens_per_s']:,.0f} tokens/s")
     print(f"GPU memory after generation: {gpu_memory()}")
     served.close()
+    return figures
 
 
-def training(folder: Path, device: str, steps: int, prompts: int, tokens: int, out_dir: Path) -> None:
-    cmd = [sys.executable, "-m", "polo.cli", "train", "grpo_vllm", f"model.path={folder}", f"model.device={device}",
-           "model.dtype=bfloat16", "train.gradient_checkpointing=true", f"train.steps={steps}",
-           f"rollout.prompts_per_step={prompts}", f"rollout.max_new_tokens={tokens}", "optim.lr=1e-6",
-           "train.skip_zero_advantage_rows=false", "train.eval_size=32", "train.eval_every=1000",
-           "train.save_every=1000", f"output_dir={out_dir}", "engine.vllm.gpu_memory_utilization=0.3"]
-    subprocess.run(cmd, check=True)
-    rows = [json.loads(line) for line in next(out_dir.glob("*/metrics.jsonl")).read_text().splitlines()][2:]
+def run_metrics(cmd: list[str], out_dir: Path) -> tuple[list[dict], float]:
+    """Run a ``polo train`` command line: its metrics rows after the first two (start-up and the first step),
+    and the GPU's peak memory in use while it ran (GiB, sampled every 0.2 s; 0 on a CPU)."""
+    peak, done = [0.0], threading.Event()
+
+    def watch():
+        while not done.wait(0.2):
+            if torch.cuda.is_available():
+                free, total = torch.cuda.mem_get_info()
+                peak[0] = max(peak[0], (total - free) / 2**30)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        subprocess.run(cmd, check=True)
+    finally:
+        done.set()
+        watcher.join()
+    rows = [json.loads(line) for line in next(out_dir.glob("*/metrics.jsonl")).read_text().splitlines()]
+    return rows[2:] or rows[-1:], peak[0]
+
+
+def step_figures(run: tuple[list[dict], float], tokens_per_step: int) -> dict:
+    rows, peak = run
     update = statistics.median(r["time/update"] for r in rows)
-    sample_s = statistics.median(r["time/sample"] for r in rows)
-    tokens_per_step = prompts * 8 * tokens
-    print(f"training step ({prompts} prompts x 8 x {tokens} tokens, median of {len(rows)}): sample {sample_s:.2f} s, "
-          f"update {update:.2f} s = {tokens_per_step / update:,.0f} tokens/s (4 minibatches, bf16 autocast, "
-          f"gradient checkpointing)")
+    return {"update_s": update, "sample_s": statistics.median(r["time/sample"] for r in rows),
+            "update_tokens_per_s": tokens_per_step / update, "peak_gpu_gib_in_use": peak}
 
 
-def nccl_learner(folder: Path, device: str, out_dir: Path) -> None:
+def training(folder: Path, device: str, steps: int, prompts: int, tokens: int, out_dir: Path) -> dict:
+    figures = {}
+    for pack in ("true", "false"):
+        where = out_dir / f"pack_{pack}"
+        cmd = [sys.executable, "-m", "polo.cli", "train", "grpo_vllm", f"model.path={folder}",
+               f"model.device={device}", "model.dtype=bfloat16", "train.gradient_checkpointing=true",
+               f"train.steps={steps}", f"rollout.prompts_per_step={prompts}", f"rollout.max_new_tokens={tokens}",
+               "optim.lr=1e-6", "train.skip_zero_advantage_rows=false", "train.eval_size=32",
+               "train.eval_every=1000", "train.save_every=1000", f"output_dir={where}",
+               "engine.vllm.gpu_memory_utilization=0.3", f"train.pack_rows={pack}"]
+        figures[f"polo_step_pack_{pack}"] = step_figures(run_metrics(cmd, where), prompts * 8 * tokens)
+        f = figures[f"polo_step_pack_{pack}"]
+        print(f"training step pack_rows={pack} ({prompts} prompts x 8 x {tokens} tokens): sample {f['sample_s']:.2f} s, "
+              f"update {f['update_s']:.2f} s = {f['update_tokens_per_s']:,.0f} tokens/s")
+    figures["packed_over_padded_update"] = (figures["polo_step_pack_true"]["update_s"]
+                                            / figures["polo_step_pack_false"]["update_s"])
+    print(f"packed / padded update time: {figures['packed_over_padded_update']:.3f}")
+    return figures
+
+
+def one_rank_learners(folder: Path, device: str, out_dir: Path) -> dict:
+    """``torchrun`` with one rank: the sharded learner (bf16 FSDP) and the replicated NCCL one."""
+    figures = {}
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    cmd = ["torchrun", "--nproc_per_node", "1", "-m", "polo.cli", "train", "grpo", f"model.path={folder}",
-           f"model.device={device}", "model.dtype=bfloat16", f"dist.learner_backend={backend}", "train.steps=3",
-           "rollout.prompts_per_step=8", "rollout.max_new_tokens=32", "train.eval_size=16", f"output_dir={out_dir}"]
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    print(f"{backend} learner (torchrun, 1 rank): 3 steps in {time.perf_counter() - start:.0f} s including start-up")
+    for name, extra in (("fsdp", ["dist.shard=fsdp", "dist.fsdp.mixed_precision=bf16" if backend == "nccl"
+                                  else "dist.fsdp.mixed_precision=none"]), ("replicated", [])):
+        where = out_dir / name
+        cmd = ["torchrun", "--nproc_per_node", "1", "-m", "polo.cli", "train", "grpo", f"model.path={folder}",
+               f"model.device={device}", "model.dtype=bfloat16", f"dist.learner_backend={backend}", "train.steps=4",
+               "rollout.prompts_per_step=8", "rollout.max_new_tokens=64", "train.eval_size=16",
+               "train.eval_every=1000", "train.save_every=4", f"output_dir={where}", *extra]
+        start = time.perf_counter()
+        figures[name] = {**step_figures(run_metrics(cmd, where), 8 * 8 * 64),
+                         "wall_s_with_startup": time.perf_counter() - start}
+        print(f"{name} learner ({backend}, torchrun, 1 rank): update {figures[name]['update_s']:.2f} s, "
+              f"{figures[name]['wall_s_with_startup']:.0f} s with start-up")
+    return figures
+
+
+def trl_step(folder: Path, device: str, prompts: int, tokens: int, steps: int) -> dict:
+    """TRL's GRPOTrainer on the same folder and shapes (bf16 on the GPU, no vLLM): median step seconds."""
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        print("TRL not installed (pip install 'polo[bench]'): skipped")
+        return {}
+    sys.path.insert(0, str(Path(__file__).parent))
+    from common import Setting, trl_trainer
+
+    setting = Setting(f"{prompts}x8 <={tokens} tok", prompts, 8, tokens, eos_prob=None)
+    config = {"use_cpu": device == "cpu", "bf16": device != "cpu", "gradient_checkpointing": True}
+    trainer = trl_trainer(folder, setting, steps, config=config)
+    trainer.train()
+    step = statistics.median(trainer.step_times[1:] or trainer.step_times)
+    print(f"TRL GRPOTrainer step ({prompts} prompts x 8 x {tokens} tokens): {step:.2f} s")
+    return {"trl_step_s": step}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="CPU, a 2-layer model: check the script itself")
+    parser.add_argument("--out", type=Path, default=Path("gpu_check.json"), help="the JSON of figures")
     args = parser.parse_args()
     if not args.smoke and not torch.cuda.is_available():
         sys.exit("no GPU here: run with --smoke to check the script on a CPU")
     device = "cpu" if args.smoke else "cuda"
     size = (8, 4, 16) if args.smoke else (64, 8, 256)
+    steps, prompts, tokens = (3, 4, 16) if args.smoke else (5, 32, 128)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "qwen2_random"
         n = build_checkpoint(folder, SHAPES["smoke" if args.smoke else "gpu"])
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
         print(f"device: {name}; torch {torch.__version__}; model: Qwen2 shape, {n / 1e6:,.1f}M parameters")
-        generation(folder, device, *size)
-        training(folder, device, 4 if args.smoke else 6, 4 if args.smoke else 32, 16 if args.smoke else 128,
-                 Path(tmp) / "train")
-        nccl_learner(folder, device, Path(tmp) / "nccl")
-        print(f"GPU memory at the end: {gpu_memory()}")
+        figures = {"device": name, "torch": torch.__version__, "parameters": n}
+        figures["generation"] = generation(folder, device, *size)
+        figures["training"] = training(folder, device, steps, prompts, tokens, Path(tmp) / "train")
+        figures["one_rank_learners"] = one_rank_learners(folder, device, Path(tmp) / "learners")
+        figures["trl"] = trl_step(folder, device, prompts, tokens, steps)
+        if figures["trl"]:
+            step = figures["training"]["polo_step_pack_true"]
+            figures["trl_over_polo_step"] = figures["trl"]["trl_step_s"] / (step["update_s"] + step["sample_s"])
+            print(f"TRL / polo step time: {figures['trl_over_polo_step']:.2f}")
+        figures["peak_gpu_memory"] = gpu_memory()
+        print(f"GPU memory at the end: {figures['peak_gpu_memory']}")
+    args.out.write_text(json.dumps(figures, indent=2))
+    print(f"figures: {args.out}")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ How polo uses it (docs/scaling.md):
 """
 from __future__ import annotations
 
-import atexit
 import math
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -96,6 +96,13 @@ class ShardedModules:
                                   f"policy is on {self.device}: set it false (the shards already live on the CPU)")
             self.mesh = init_device_mesh(self.device.type, (world,))
         self._gathered = False
+        self.owns_group = False
+
+    def close(self) -> None:
+        """Destroy the process group of one that ``shard_run`` made for this run, if it did (idempotent)."""
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self.owns_group = False
 
     def __bool__(self) -> bool:
         return bool(self.roots)
@@ -212,18 +219,13 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     return norm
 
 
-def full_state_items(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """``module``'s state dict one whole tensor at a time (each gathered as it is reached, so a rank holds one
-    gathered tensor beyond its shards): the weight push to an inference engine and the export."""
-    for key, tensor in module.state_dict().items():
-        yield key, full_tensor(tensor).detach()
-
-
 def load_unsharded(folder: Path, name: str, module: nn.Module) -> None:
     """Module ``name``'s weights from checkpoint ``folder``'s DCP files into an unsharded ``module``, in this one
     process (no process group): ``polo export`` and evaluation of a sharded run."""
     state = {name: module.state_dict()}
-    dcp.load(state, checkpoint_id=str(Path(folder) / SHARDED_DIR), no_dist=True)
+    with warnings.catch_warnings():  # DCP warns that it reads in one process, as asked
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(state, checkpoint_id=str(Path(folder) / SHARDED_DIR), no_dist=True)
     module.load_state_dict(state[name])
 
 
@@ -242,8 +244,9 @@ def shard_run(settings: FSDPSettings, world: int, backend: str, policy: Policy, 
     if type(policy).own_sampler is not None or not policy.causal_trunk:
         raise ConfigError(f"dist.shard=fsdp shards causal LMs; model.kind gives a {type(policy).__name__}: use "
                           f"dist.shard=none")
-    init_single_process_group(backend)
+    owned = init_single_process_group(backend)
     sharded = ShardedModules(settings, world, policy.device)
+    sharded.owns_group = owned
     sharded.shard("policy", policy)
     for name, model in models.items():
         if isinstance(model, nn.Module) and model is not policy and called_roots(model):
@@ -251,9 +254,10 @@ def shard_run(settings: FSDPSettings, world: int, backend: str, policy: Policy, 
     return sharded
 
 
-def init_single_process_group(backend: str) -> None:
+def init_single_process_group(backend: str) -> bool:
     """A process group of one where none exists (FSDP needs a mesh even for one rank: a run without
-    ``torchrun``), destroyed at exit."""
-    if not dist.is_initialized():
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
+    ``torchrun``); returns whether it made one (its maker destroys it, ``ShardedModules.close``)."""
+    if dist.is_initialized():
+        return False
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    return True

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from polo.core.losses.entropy import entropy_from_logits
@@ -33,6 +34,19 @@ def token_logp(logits: Tensor, ids: Tensor) -> Tensor:
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 """``model.dtype`` → the autocast dtype of the model calls (None: plain float32)."""
+
+
+def whole_items(state: dict[str, Tensor]) -> Iterator[tuple[str, Tensor]]:
+    """``state``'s items with each shard (a DTensor of ``dist.shard: fsdp``) gathered whole as it is reached, so a
+    rank holds at most one gathered tensor beyond its shards (a collective: every rank iterates alike); other
+    tensors as they are."""
+    for key, tensor in state.items():
+        yield key, (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+
+
+def whole_state(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``state`` with every shard gathered whole (``whole_items``); as it is when nothing is sharded."""
+    return dict(whole_items(state))
 
 
 def resolve_device(name: str) -> torch.device:
@@ -154,13 +168,22 @@ class Policy(nn.Module):
         weights instead (a plain model, no adapter); the policy itself is left unchanged."""
         path = Path(path)
         if is_lora(self.model) and merge_lora:
-            self.hf_model.save_pretrained(path, state_dict=merged_state_dict(self.model))
+            self.hf_model.save_pretrained(path, state_dict=whole_state(merged_state_dict(self.model)))
         elif is_lora(self.model):
-            self.hf_model.save_pretrained(path, state_dict=base_state_dict(self.model))
-            self.model.save_pretrained(path / ADAPTER_DIR)
+            self.hf_model.save_pretrained(path, state_dict=whole_state(base_state_dict(self.model)))
+            self.model.save_pretrained(path / ADAPTER_DIR,
+                                       **({"state_dict": whole_state(self.model.state_dict())} if self.sharded else {}))
+        elif self.sharded:
+            self.model.save_pretrained(path, state_dict=whole_state(self.model.state_dict()))
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the weights are shards (``dist.shard: fsdp``): reading them whole is then a collective that every
+        rank must make at the same time (``whole_state``)."""
+        return any(isinstance(p, DTensor) for p in self.parameters())
 
     @classmethod
     def build_tiny(cls, model_settings) -> "Policy":

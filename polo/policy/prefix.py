@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache, LlamaForCausalLM
 
 from polo.policy.inputs import concat_inputs, positions, trim_left_padding
@@ -102,6 +103,13 @@ def drops_cache(model) -> bool:
     return model.training and any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
 
 
+def one_forward(model) -> bool:
+    """Whether ``model`` must run as one forward per call, without prompt sharing's two (prefill, then the
+    continuations): when it drops caches (``drops_cache``), and when it is sharded with FSDP, whose forwards are
+    collectives that must pair up on every rank whatever its rows (a rank's rows may all differ in prompt)."""
+    return drops_cache(model) or isinstance(model, FSDPModule)
+
+
 def packing_choice(model, prompt_mask: Tensor, distinct: tuple[Tensor, Tensor, Tensor] | None, Tc: int,
                    reads: Tensor | None) -> tuple[PackedRows, int]:
     """``(layout, padded)``: the packed rows of ``read_after_prompt``'s inputs (left-trimmed ``prompt_mask``
@@ -121,8 +129,8 @@ def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuati
     ``[B, 1 + Tc, ...]``, each distinct prompt computed once.
 
     ``read`` picks the output tensor (``logits`` of a causal LM with ``lm_head``, ``last_hidden_state`` of a
-    trunk). Without repeated prompts, or when the model drops caches (``drops_cache``), this is one plain
-    forward.
+    trunk). Without repeated prompts, or when the model must run as one forward (``one_forward``), this is one
+    plain forward.
 
     ``reads`` ``[B]`` (None: all ``1 + Tc``): the outputs of row b that are used, its first ``reads[b]``; the
     others may be 0. ``pack``: run the rows' real tokens in packed rows instead (polo.policy.packing; True), or do
@@ -135,7 +143,7 @@ def read_after_prompt(model, prompt_ids: Tensor, prompt_mask: Tensor, continuati
         raise ValueError(f"pack={pack!r}: expected true, false or 'auto'")
     prompt_ids, prompt_mask = trim_left_padding(prompt_ids, prompt_mask.long())
     B, Tc = continuation.shape
-    distinct = None if drops_cache(model) else distinct_prompts(prompt_ids, prompt_mask)
+    distinct = None if one_forward(model) else distinct_prompts(prompt_ids, prompt_mask)
     shared = distinct is not None and len(distinct[0]) < B
     if pack is not False:
         packed, padded = packing_choice(model, prompt_mask, distinct, Tc, reads)

@@ -542,7 +542,10 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout thread of asynchronous RL and the Ray rollout workers (and the local Ray cluster polo
-        started for them)."""
+        started for them); release the process group of one a sharded single-process run made."""
+        if self.sharded.owns_group:
+            self.sharded.close()
+            self.stopped = True
         if self.async_rollouts is not None:
             self.async_rollouts.close()
             self.stopped = True

@@ -16,9 +16,9 @@ from test_data_parallel import (SCENARIOS, TIMEOUT_S, free_port, one_update, rel
 
 from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel
-from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, full_state_items, full_tensor
+from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, full_tensor, shard_run
 from polo.engines.sampler import sample
-from polo.policy.policy import ValueModel
+from polo.policy.policy import ValueModel, whole_items
 from polo.train.checkpoint import latest_checkpoint
 
 WORLD = 2
@@ -52,7 +52,7 @@ def worker(rank: int, port: int, out) -> None:
         policy = tiny_policy()
         whole = sum(p.nbytes for p in policy.parameters())
         modules = sharded(policy, WORLD)
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-3, weight_decay=0.0)  # zero gradients: no change
         for p in policy.parameters():
             p.grad = torch.zeros_like(p)
         optimizer.step()
@@ -64,7 +64,7 @@ def worker(rank: int, port: int, out) -> None:
             out_ids = sample(policy, *prompts, max_new_tokens=3 + 4 * rank,
                              generator=torch.Generator().manual_seed(rank)).response_ids
         got["decoded"] = out_ids
-        got["full_weights"] = dict(full_state_items(policy))
+        got["full_weights"] = dict(whole_items(policy.state_dict()))
         torch.save(got, out / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -121,12 +121,14 @@ def test_gathered_modules_decode_each_ranks_own_prompts(two_ranks):
         assert torch.equal(two_ranks[0]["full_weights"][key], tensor), key
 
 
-def test_modules_without_decoder_layers_and_offload_on_cpu_are_refused():
+def test_what_the_sharded_learner_cannot_shard_is_refused():
     with pytest.raises(ConfigError, match=r"dist.shard=fsdp shards Hugging Face decoder layers, but head \(Linear\)"):
         ShardedModules.__new__(ShardedModules).shard("head", torch.nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="dist.fsdp.cpu_offload=true moves shards between the CPU and a GPU"):
         ShardedModules(FSDPSettings(cpu_offload=True), 1, torch.device("cpu"))
     assert len(decoder_layers(tiny_policy())) == 1
+    with pytest.raises(ConfigError, match="role 'masking_policy' wraps the policy: use dist.shard=none"):
+        shard_run(FSDPSettings(), 1, "gloo", tiny_policy(), {}, ["masking_policy"])
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
@@ -171,7 +173,7 @@ def test_torchrun_fsdp_resumes_after_a_kill_at_two_ranks_and_at_one(tmp_path, ti
     saved, _ = checkpoint_policy(one, load_recipe(one / "config.yaml"), 2)
     from polo.train.trainer import resume
     trainer = resume(one, log=lambda *_: None)
-    for key, tensor in full_state_items(trainer.policy):
+    for key, tensor in whole_items(trainer.policy.state_dict()):
         assert torch.equal(tensor, saved.state_dict()[key]), key
     trainer.run()
     assert latest_checkpoint(one).name == "step_000004"
