@@ -398,6 +398,7 @@ class Trainer:
 
         t = time.perf_counter()
         frozen = self.critics.policy_frozen(self.step_count)
+        self.engine.before_update()  # vLLM's sleep mode frees its memory until the push below
         row.update(self.updater.run(concat_batches([trained, *self.replay]), self.kl.loss, frozen))
         self.nonfinite_skips += row["optim/skipped_nonfinite"]
         if self.nonfinite_skips > r.train.max_nonfinite_skips:
@@ -497,13 +498,14 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout thread of asynchronous RL and the Ray rollout workers (and the local Ray cluster polo
-        started for them)."""
+        started for them), and release the engine's generation (the vLLM server polo started)."""
         if self.async_rollouts is not None:
             self.async_rollouts.close()
             self.stopped = True
         if self.workers is not None:
             self.workers.close()
             self.stopped = True
+        self.engine.close()
 
     def _run(self, progress=None) -> list[dict]:
         r, main = self.recipe, self.data_parallel.is_main
