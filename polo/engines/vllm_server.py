@@ -116,10 +116,12 @@ class VLLMServer:
     def __init__(self, settings, policy, engine_args: dict[str, Any], env: dict[str, str]):
         s = self.settings = settings
         self.model, self.timeout_s = s.model, s.timeout_s
-        self.folder = Path(tempfile.mkdtemp(prefix="polo_vllm_server_"))
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
-        self.weights = Path(s.weights_dir) if s.weights_dir else self.folder
-        self.weights.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(prefix="polo_vllm_server_"))  # the log, the started server's model
+        self.weights = self.folder
+        if s.weights_dir:  # a folder of this generator's own in it: runs may share one
+            Path(s.weights_dir).mkdir(parents=True, exist_ok=True)
+            self.weights = Path(tempfile.mkdtemp(prefix="polo_vllm_weights_", dir=s.weights_dir))
+        self._cleanup = weakref.finalize(self, remove_folders, self.folder, self.weights)
         self.process: subprocess.Popen | None = None
         try:
             self.url = self._start(policy, engine_args, env) if s.url is None else s.url.rstrip("/").removesuffix("/v1")
@@ -221,6 +223,11 @@ class VLLMServer:
         if self.process is not None:
             self._stop()
         self._cleanup()
+
+
+def remove_folders(*folders: Path) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def log_tail(path: Path, lines: int = 30) -> str:

@@ -182,8 +182,8 @@ def check_scale_out(recipe: Recipe, run: Run) -> None:
         raise ConfigError(f"engine.vllm.sleep with train.async_staleness={recipe.train.async_staleness}: the next "
                           f"batches are generated during the update, so vLLM cannot sleep through it; drop one")
     if vllm is not None and vllm.mode == "server" and recipe.dist.backend == "ray":
-        raise ConfigError("engine.vllm.mode=server with dist.backend: ray: every rollout worker would drive (and push "
-                          "weights into) a server of its own; use mode: colocate (each worker's own vLLM)")
+        raise ConfigError("engine.vllm.mode=server with dist.backend: ray: the rollout workers would each start a "
+                          "server, or all push weights into yours; use mode: colocate (each worker's own vLLM)")
     if recipe.dist.backend == "ray" and run.engine.roles():
         raise ConfigError(f"dist.backend: ray runs the engine on rollout workers, which hold the policy only; engine "
                           f"{run.engine.registry_name!r} also needs the model roles "
