@@ -189,9 +189,14 @@ def test_async_rl_pushes_each_batchs_snapshot_into_vllm(tmp_path):
     assert "eval/greedy_accuracy" in rows[-1]
 
 
-def test_sleep_mode_is_refused_where_vllm_has_none():
+def test_sleep_mode_is_refused_where_vllm_has_none_or_rollouts_overlap_the_update(monkeypatch):
     with pytest.raises(ConfigError, match=r"engine\.vllm\.sleep: .*sleep mode is not available on this platform \(cpu"):
         load_recipe("grpo_vllm", ["engine.vllm.sleep=true"])
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "is_sleep_mode_available", lambda self: True)  # as on a GPU
+    with pytest.raises(ConfigError, match="engine.vllm.sleep with train.async_staleness=1: the next batches"):
+        load_recipe("grpo_vllm", ["engine.vllm.sleep=true", "train.async_staleness=1"])
 
 
 def test_the_server_sleeps_through_the_update_and_wakes_with_the_new_weights(policy, server, monkeypatch):
