@@ -7,10 +7,12 @@ checkpoint folder. Untrained, it rarely emits EOS, so every completion runs to i
 call is fixed.
 
 1. vLLM (bfloat16): 64 prompts × 8 samples × 256 tokens per call, after one warm-up call; the weight push
-   (``VLLMGenerator.sync``); the log-prob gap between vLLM and the trainer's bfloat16 forward.
+   (``VLLMGenerator.sync``); on a GPU, sleep mode (``engine.vllm.sleep``): the memory ``before_update`` frees and
+   the wake + push; the log-prob gap between vLLM (after that sleep) and the trainer's bfloat16 forward.
 2. polo's own KV-cache sampler on the same GPU, a quarter of that work, for the ratio.
 3. Training: ``polo train grpo_vllm`` on the checkpoint (model.device=cuda, model.dtype=bfloat16, gradient
-   checkpointing), 32 prompts × 8 × 128 tokens per step; update tokens/s and peak memory.
+   checkpointing), 32 prompts × 8 × 128 tokens per step; update tokens/s and peak memory. Then the same in server
+   mode (``engine.vllm.mode=server``: a vLLM server polo starts on the same GPU), with the push's share of a step.
 4. The NCCL learner: ``torchrun --nproc_per_node 1`` with ``dist.learner_backend=nccl`` (one GPU: NCCL with one
    rank checks the process-group path, not a speed-up).
 
@@ -87,7 +89,8 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     examples = build_task({"name": "addition"}).examples("test", prompts, seed=0)
     ids, mask = policy.encode_prompts(examples)
     ids, mask = ids.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0)
-    served = VLLMGenerator(VLLMSettings(dtype="bfloat16", gpu_memory_utilization=0.35), policy)
+    sleep = device.startswith("cuda")  # vLLM has no sleep mode on a CPU
+    served = VLLMGenerator(VLLMSettings(dtype="bfloat16", gpu_memory_utilization=0.35, sleep=sleep), policy)
     generator = torch.Generator().manual_seed(0)
 
     def vllm_call():
@@ -99,6 +102,13 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     print(f"vLLM generation: {len(ids)} rows x {tokens} tokens: {seconds:.2f} s/call, {made / seconds:,.0f} tokens/s")
     sync_seconds, _ = timed(lambda: served.sync(policy, 1), 3)
     print(f"vLLM weight push (full weights, in-process): {sync_seconds * 1000:.0f} ms")
+    if sleep:
+        free = torch.cuda.mem_get_info()[0]
+        served.before_update()
+        freed = torch.cuda.mem_get_info()[0] - free
+        wake_seconds, _ = timed(lambda: served.sync(policy, 2), 1)
+        print(f"vLLM sleep (level 2): {freed / 2**30:.1f} GiB freed; wake + push {wake_seconds * 1000:.0f} ms")
+        out = vllm_call()
     with torch.no_grad():
         recomputed = policy.forward_logp(ids.to(policy.device), mask.to(policy.device), out.response_ids,
                                          out.response_mask)["logp"]
@@ -116,20 +126,22 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     served.close()
 
 
-def training(folder: Path, device: str, steps: int, prompts: int, tokens: int, out_dir: Path) -> None:
+def training(folder: Path, device: str, steps: int, prompts: int, tokens: int, out_dir: Path, mode: str) -> None:
     cmd = [sys.executable, "-m", "polo.cli", "train", "grpo_vllm", f"model.path={folder}", f"model.device={device}",
            "model.dtype=bfloat16", "train.gradient_checkpointing=true", f"train.steps={steps}",
            f"rollout.prompts_per_step={prompts}", f"rollout.max_new_tokens={tokens}", "optim.lr=1e-6",
            "train.skip_zero_advantage_rows=false", "train.eval_size=32", "train.eval_every=1000",
-           "train.save_every=1000", f"output_dir={out_dir}", "engine.vllm.gpu_memory_utilization=0.3"]
+           "train.save_every=1000", f"output_dir={out_dir}", "engine.vllm.gpu_memory_utilization=0.3",
+           f"engine.vllm.mode={mode}"]
     subprocess.run(cmd, check=True)
     rows = [json.loads(line) for line in next(out_dir.glob("*/metrics.jsonl")).read_text().splitlines()][2:]
     update = statistics.median(r["time/update"] for r in rows)
     sample_s = statistics.median(r["time/sample"] for r in rows)
     tokens_per_step = prompts * 8 * tokens
-    print(f"training step ({prompts} prompts x 8 x {tokens} tokens, median of {len(rows)}): sample {sample_s:.2f} s, "
-          f"update {update:.2f} s = {tokens_per_step / update:,.0f} tokens/s (4 minibatches, bf16 autocast, "
-          f"gradient checkpointing)")
+    hooks = statistics.median(r["time/hooks"] for r in rows)  # the weight push
+    print(f"training step, vLLM {mode} ({prompts} prompts x 8 x {tokens} tokens, median of {len(rows)}): sample "
+          f"{sample_s:.2f} s, update {update:.2f} s = {tokens_per_step / update:,.0f} tokens/s (4 minibatches, bf16 "
+          f"autocast, gradient checkpointing), push and hooks {hooks:.2f} s")
 
 
 def nccl_learner(folder: Path, device: str, out_dir: Path) -> None:
@@ -156,8 +168,9 @@ def main() -> None:
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU"
         print(f"device: {name}; torch {torch.__version__}; model: Qwen2 shape, {n / 1e6:,.1f}M parameters")
         generation(folder, device, *size)
-        training(folder, device, 4 if args.smoke else 6, 4 if args.smoke else 32, 16 if args.smoke else 128,
-                 Path(tmp) / "train")
+        for mode in ("colocate", "server"):
+            training(folder, device, 4 if args.smoke else 6, 4 if args.smoke else 32, 16 if args.smoke else 128,
+                     Path(tmp) / f"train_{mode}", mode)
         nccl_learner(folder, device, Path(tmp) / "nccl")
         print(f"GPU memory at the end: {gpu_memory()}")
 
