@@ -175,13 +175,13 @@ class ColocatedVLLM:
                                distributed_executor_backend="mp" if self.tensor_parallel else "uni")
         self.adapter = self._save_adapter(policy, 0) if self.lora else None
 
-    def _save_adapter(self, policy, version: int):
-        """The policy's current adapter, saved under a new id (vLLM caches adapters by id)."""
+    def _save_adapter(self, policy, push: int):
+        """The policy's current adapter as push number ``push``, saved under a new id (vLLM caches adapters by id)."""
         from vllm.lora.request import LoRARequest
 
-        path = self.folder / f"adapter_{version}"
+        path = self.folder / f"adapter_{push}"
         policy.model.save_pretrained(path)
-        return LoRARequest(f"polo_{version}", version + 1, str(path))
+        return LoRARequest(f"polo_{push}", push + 1, str(path))
 
     def push(self, policy) -> None:
         """The new adapter, or the full weights: in memory, or through a folder to tensor-parallel workers."""
