@@ -43,6 +43,7 @@ from pydantic import Field, field_validator
 from polo.core.registry import ConfigError, Settings
 from polo.policy.inputs import trim_left_padding
 from polo.policy.lora import is_lora
+from polo.policy.policy import whole_items
 from polo.engines.sampler import SampleOutput
 from polo.engines.vllm_server import Completion, VLLMServer, push_through_folder
 
@@ -180,7 +181,7 @@ class ColocatedVLLM:
         from vllm.lora.request import LoRARequest
 
         path = self.folder / f"adapter_{push}"
-        policy.model.save_pretrained(path)
+        policy.save_adapter(path)
         return LoRARequest(f"polo_{push}", push + 1, str(path))
 
     def push(self, policy) -> None:
@@ -193,8 +194,9 @@ class ColocatedVLLM:
             push_through_folder(policy, self.folder, lambda path: self.llm.collective_rpc(
                 "reload_weights", kwargs={"weights_path": path}))
         else:
-            weights = ((name, tensor.detach()) for name, tensor in policy.hf_model.state_dict().items())
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            # one tensor at a time, each gathered whole if it is a shard (dist.shard: fsdp)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": whole_items(
+                policy.hf_model.state_dict())})
 
     def complete(self, prompts: list[list[int]], params: dict[str, Any], seed: int) -> list[Completion]:
         """One completion per token-id prompt, drawn from torch's default generators seeded with ``seed``."""

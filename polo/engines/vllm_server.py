@@ -36,6 +36,7 @@ from typing import Any, Callable, NamedTuple
 
 from polo.core.registry import ConfigError
 from polo.policy.lora import is_lora, merged_state_dict
+from polo.policy.policy import whole_items
 
 DEV_MODE_HINT = "start the server with VLLM_SERVER_DEV_MODE=1 (polo pushes weights through its dev endpoints)"
 
@@ -63,8 +64,8 @@ def push_through_folder(policy, root: Path, reload: Callable[[str], Any]) -> Non
     state = merged_state_dict(policy.model) if is_lora(policy.model) else policy.hf_model.state_dict()
     stored: set[int] = set()
     weights = {}
-    for name, tensor in state.items():  # safetensors refuses two names on one tensor: a tied one is copied
-        tensor = tensor.detach().cpu().contiguous()
+    for name, tensor in whole_items(state):  # safetensors refuses two names on one tensor: a tied one is copied
+        tensor = tensor.cpu().contiguous()
         weights[name] = tensor.clone() if tensor.data_ptr() in stored else tensor
         stored.add(tensor.data_ptr())
     save_file(weights, path / "model.safetensors")

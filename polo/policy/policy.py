@@ -171,13 +171,17 @@ class Policy(nn.Module):
             self.hf_model.save_pretrained(path, state_dict=whole_state(merged_state_dict(self.model)))
         elif is_lora(self.model):
             self.hf_model.save_pretrained(path, state_dict=whole_state(base_state_dict(self.model)))
-            self.model.save_pretrained(path / ADAPTER_DIR,
-                                       **({"state_dict": whole_state(self.model.state_dict())} if self.sharded else {}))
+            self.save_adapter(path / ADAPTER_DIR)
         elif self.sharded:
             self.model.save_pretrained(path, state_dict=whole_state(self.model.state_dict()))
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+    def save_adapter(self, path: str | Path) -> None:
+        """The LoRA adapter alone (peft's ``save_pretrained``), gathered whole first when it is sharded."""
+        self.model.save_pretrained(path, **({"state_dict": whole_state(self.model.state_dict())} if self.sharded
+                                            else {}))
 
     @property
     def sharded(self) -> bool:
