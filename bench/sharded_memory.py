@@ -1,4 +1,4 @@
-"""Per-rank memory of the replicated learner (``dist.shard: none``) against the sharded one (``dist.shard: fsdp``)
+"""Per-rank memory of the replicated learner (``dist.shard: replicate``) against the sharded one (``dist.shard: fsdp``)
 at 1, 2 and 4 ranks, on a built-in model of ~65M parameters (random weights, no download).
 
 Each configuration runs in fresh processes (gloo ranks on this CPU): the policy built, sharded or not, one

@@ -96,13 +96,6 @@ class ShardedModules:
                                   f"policy is on {self.device}: set it false (the shards already live on the CPU)")
             self.mesh = init_device_mesh(self.device.type, (world,))
         self._gathered = False
-        self.owns_group = False
-
-    def close(self) -> None:
-        """Destroy the process group of one that ``shard_run`` made for this run, if it did (idempotent)."""
-        if self.owns_group and dist.is_initialized():
-            dist.destroy_process_group()
-        self.owns_group = False
 
     def __bool__(self) -> bool:
         return bool(self.roots)
@@ -116,7 +109,7 @@ class ShardedModules:
         layers = [decoder_layers(root) for root in roots]
         if not roots or not all(layers):
             raise ConfigError(f"dist.shard=fsdp shards Hugging Face decoder layers, but {name} "
-                              f"({type(module).__name__}) holds none: use dist.shard=none")
+                              f"({type(module).__name__}) holds none: use dist.shard=replicate")
         options = {"mesh": self.mesh, "mp_policy": precision_policy(self.settings.mixed_precision, self.device),
                    "offload_policy": CPUOffloadPolicy() if self.settings.cpu_offload else OffloadPolicy(),
                    "reshard_after_forward": self.settings.reshard_after_forward}
@@ -240,13 +233,12 @@ def shard_run(settings: FSDPSettings, world: int, backend: str, policy: Policy, 
     is not the model FSDP gathers). One process (no ``torchrun``) shards over a process group of one."""
     if wrappers:
         raise ConfigError(f"dist.shard=fsdp shards the policy's causal LM, but role {wrappers[0]!r} wraps the "
-                          f"policy: use dist.shard=none with it")
+                          f"policy: use dist.shard=replicate with it")
     if type(policy).own_sampler is not None or not policy.causal_trunk:
         raise ConfigError(f"dist.shard=fsdp shards causal LMs; model.kind gives a {type(policy).__name__}: use "
-                          f"dist.shard=none")
-    owned = init_single_process_group(backend)
+                          f"dist.shard=replicate")
+    init_single_process_group(backend)
     sharded = ShardedModules(settings, world, policy.device)
-    sharded.owns_group = owned
     sharded.shard("policy", policy)
     for name, model in models.items():
         if isinstance(model, nn.Module) and model is not policy and called_roots(model):
@@ -254,10 +246,9 @@ def shard_run(settings: FSDPSettings, world: int, backend: str, policy: Policy, 
     return sharded
 
 
-def init_single_process_group(backend: str) -> bool:
+def init_single_process_group(backend: str) -> None:
     """A process group of one where none exists (FSDP needs a mesh even for one rank: a run without
-    ``torchrun``); returns whether it made one (its maker destroys it, ``ShardedModules.close``)."""
-    if dist.is_initialized():
-        return False
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return True
+    ``torchrun``). It lives as long as the process, as the one an in-process vLLM engine makes does (vLLM's exit
+    handler destroys its groups inside it)."""
+    if not dist.is_initialized():
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
@@ -187,7 +188,7 @@ class Policy(nn.Module):
     def sharded(self) -> bool:
         """Whether the weights are shards (``dist.shard: fsdp``): reading them whole is then a collective that every
         rank must make at the same time (``whole_state``)."""
-        return any(isinstance(p, DTensor) for p in self.parameters())
+        return any(isinstance(m, FSDPModule) for m in self.modules())  # parameters alone: whole while gathered
 
     @classmethod
     def build_tiny(cls, model_settings) -> "Policy":

@@ -248,9 +248,9 @@ class Dist(Settings):
     learner_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """torch.distributed backend of a data-parallel learner (``torchrun --nproc_per_node N``); auto: nccl on
     cuda, gloo on cpu."""
-    shard: Literal["none", "fsdp"] = "none"
-    """``none``: every learner rank holds the whole policy and its optimizer state (gradients summed over ranks);
-    ``fsdp``: parameters, gradients and optimizer state sharded over the ranks with FSDP2 (``fully_shard``, per
+    shard: Literal["replicate", "fsdp"] = "replicate"
+    """``replicate``: every learner rank holds the whole policy and its optimizer state (gradients summed over
+    ranks); ``fsdp``: parameters, gradients and optimizer state sharded over the ranks with FSDP2 (``fully_shard``, per
     decoder layer then the root), for models that do not fit one device (docs/scaling.md)."""
     fsdp: FSDPSettings = FSDPSettings()
 

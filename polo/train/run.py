@@ -177,11 +177,11 @@ def check_scale_out(recipe: Recipe, run: Run) -> None:
         raise ConfigError(f"dist.learners={recipe.dist.learners} data-parallel ranks each generate their share of "
                           f"the prompts; Ray rollout workers (dist.backend: ray) would start on every rank: "
                           f"use dist.backend: local")
-    vllm = run.engine.vllm
-    if vllm is not None and vllm.sleep and recipe.train.async_staleness:
+    served = run.engine.vllm  # vLLM settings, or None: polo's sampler
+    if served is not None and served.sleep and recipe.train.async_staleness:
         raise ConfigError(f"engine.vllm.sleep with train.async_staleness={recipe.train.async_staleness}: the next "
                           f"batches are generated during the update, so vLLM cannot sleep through it; drop one")
-    if vllm is not None and vllm.mode == "server" and recipe.dist.backend == "ray":
+    if served is not None and served.mode == "server" and recipe.dist.backend == "ray":
         raise ConfigError("engine.vllm.mode=server with dist.backend: ray: the rollout workers would each start a "
                           "server, or all push weights into yours; use mode: colocate (each worker's own vLLM)")
     if recipe.dist.backend == "ray" and run.engine.roles():

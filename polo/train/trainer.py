@@ -241,7 +241,7 @@ class Trainer:
         """``dist.shard: fsdp``: the policy and the role models sharded over the learner ranks (polo.dist.fsdp);
         else nothing is sharded."""
         d = self.recipe.dist
-        if d.shard == "none":
+        if d.shard == "replicate":
             return ShardedModules()
         wrappers = [name for name, role in run.trained_roles.items() if role.wraps_policy]
         return shard_run(d.fsdp, self.data_parallel.world, process_group_backend(d.learner_backend), self.policy,
@@ -543,11 +543,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout thread of asynchronous RL and the Ray rollout workers (and the local Ray cluster polo
-        started for them), release the engine's generation (the vLLM server polo started) and the process group of
-        one a sharded single-process run made."""
-        if self.sharded.owns_group:
-            self.sharded.close()
-            self.stopped = True
+        started for them), and release the engine's generation (the vLLM server polo started)."""
         if self.async_rollouts is not None:
             self.async_rollouts.close()
             self.stopped = True

@@ -173,12 +173,9 @@ def two_ranks(tmp_path_factory):
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_two_rank_gradient_equals_one_process_gradient(two_ranks, scenario, f32):
-    """‖g₂ − g₁‖/‖g₁‖ ≤ 1e-6: each rank sums its rows' gradients, gloo adds the two parts. In float32 the ranks'
-    forward passes over 8 rows instead of 16 may round differently (another matmul blocking), a few ulps per
-    element (measured 1e-7 to 2.5e-7 relative); with micro-batches cut where the ranks cut, the sums are the same
-    additions and the gradients are equal bit for bit."""
+def equal_to_one_process(two_ranks: list[dict], scenario: str) -> tuple[dict, dict]:
+    """Both ranks hold the same gradients and metrics, within ‖g₂ − g₁‖/‖g₁‖ ≤ 1e-6 of one process's (all zero when
+    no row trains); returns one process's result and rank 0's."""
     single = one_update(None, scenario)
     rank0, rank1 = (r[scenario] for r in two_ranks)
     for part in ("policy", "critic"):
@@ -191,10 +188,21 @@ def test_two_rank_gradient_equals_one_process_gradient(two_ranks, scenario, f32)
         assert single[part].norm() > 0
         error = relative_error(rank0[part], single[part])
         assert error <= 1e-6, f"{part}: relative error {error:.2e}"
-        if scenario == "aligned_micro_batches":
-            assert torch.equal(rank0[part], single[part])
     assert rank0["metrics"] == rank1["metrics"]
     assert rank0["metrics"].keys() == single["metrics"].keys()
+    return single, rank0
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_two_rank_gradient_equals_one_process_gradient(two_ranks, scenario, f32):
+    """‖g₂ − g₁‖/‖g₁‖ ≤ 1e-6: each rank sums its rows' gradients, gloo adds the two parts. In float32 the ranks'
+    forward passes over 8 rows instead of 16 may round differently (another matmul blocking), a few ulps per
+    element (measured 1e-7 to 2.5e-7 relative); with micro-batches cut where the ranks cut, the sums are the same
+    additions and the gradients are equal bit for bit."""
+    single, rank0 = equal_to_one_process(two_ranks, scenario)
+    if scenario == "aligned_micro_batches":
+        for part in ("policy", "critic"):
+            assert torch.equal(rank0[part], single[part])
     if scenario == "aligned_micro_batches":  # the same micro-batches: the same diagnostics
         assert rank0["metrics"] == pytest.approx(single["metrics"], rel=1e-12)
     # token means agree whatever the cut, to float32's rounding of a mean of B·T terms of magnitude ≤ ln V
@@ -303,6 +311,24 @@ def workers(launcher: int) -> dict[int, int]:
     return found
 
 
+def kill_rank_1_after_checkpoint(cmd: list[str], run_dir: Path, step: int = 2) -> None:
+    """Launch the torchrun command ``cmd`` and SIGKILL its rank 1 once ``run_dir`` has checkpoint ``step``; torchrun
+    then stops rank 0 and exits with an error."""
+    launcher = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not (run_dir / "checkpoints" / f"step_{step:06d}").exists():
+            assert launcher.poll() is None, "run ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(workers(launcher.pid)[1], signal.SIGKILL)
+        assert launcher.wait(timeout=TIMEOUT_S) != 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
 def deterministic(rows):
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "elapsed"))} for r in rows]
 
@@ -317,20 +343,7 @@ def test_torchrun_trains_writes_from_rank_0_and_resumes_after_a_kill(tmp_path, t
     assert sorted(p.name for p in (full / "checkpoints").iterdir()) == ["step_000002", "step_000004"]
     assert done.stderr.count("run folder:") == 1  # only rank 0 logs
 
-    launcher = subprocess.Popen(torchrun(*train_args(killed, tiny)), env=dict(os.environ),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not (killed / "checkpoints" / "step_000002").exists():
-            assert launcher.poll() is None, "run ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(workers(launcher.pid)[1], signal.SIGKILL)  # rank 1 dies; torchrun then stops rank 0
-        assert launcher.wait(timeout=TIMEOUT_S) != 0
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+    kill_rank_1_after_checkpoint(torchrun(*train_args(killed, tiny)), killed)
     assert latest_checkpoint(killed).name != f"step_{STEPS:06d}"
     run_to_end(torchrun("--resume", str(killed)))
 

@@ -3,22 +3,19 @@ half the parameter and optimizer memory per rank, rank-specific decoding inside 
 that resumes after a kill at 2 ranks (bit for bit) and at 1 rank (DCP re-slices the shards)."""
 import os
 import shutil
-import signal
-import subprocess
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
-from test_data_parallel import (SCENARIOS, TIMEOUT_S, free_port, one_update, relative_error, run_to_end, spawn,
-                                tiny_policy, torchrun, workers)
+from test_data_parallel import (SCENARIOS, equal_to_one_process, free_port, kill_rank_1_after_checkpoint, one_update,
+                                run_to_end, spawn, tiny_policy, torchrun)
 
 from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel
 from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, full_tensor, shard_run
 from polo.engines.sampler import sample
-from polo.policy.policy import ValueModel, whole_items
+from polo.policy.policy import whole_items
 from polo.train.checkpoint import latest_checkpoint
 
 WORLD = 2
@@ -83,19 +80,7 @@ def test_two_rank_sharded_gradient_equals_one_process_gradient(two_ranks, scenar
     ranks' forwards over 8 rows instead of 16 round differently, a few float32 ulps per element, as for the
     replicated learner); a rank with fewer micro-batches, or none, runs zero-weight passes so the collectives of
     both ranks pair up."""
-    single = one_update(None, scenario)
-    rank0, rank1 = (r[scenario] for r in two_ranks)
-    for part in ("policy", "critic"):
-        if part not in single:
-            continue
-        assert torch.equal(rank0[part], rank1[part]), f"{part}: ranks hold different gradients"
-        if scenario == "no_rows_at_all":
-            assert not single[part].any() and not rank0[part].any()
-            continue
-        error = relative_error(rank0[part], single[part])
-        assert error <= 1e-6, f"{part}: relative error {error:.2e}"
-    assert rank0["metrics"] == rank1["metrics"]
-    assert rank0["metrics"].keys() == single["metrics"].keys()
+    equal_to_one_process(two_ranks, scenario)
 
 
 def test_each_rank_holds_half_the_parameters_and_optimizer_state(two_ranks):
@@ -127,7 +112,7 @@ def test_what_the_sharded_learner_cannot_shard_is_refused():
     with pytest.raises(ConfigError, match="dist.fsdp.cpu_offload=true moves shards between the CPU and a GPU"):
         ShardedModules(FSDPSettings(cpu_offload=True), 1, torch.device("cpu"))
     assert len(decoder_layers(tiny_policy())) == 1
-    with pytest.raises(ConfigError, match="role 'masking_policy' wraps the policy: use dist.shard=none"):
+    with pytest.raises(ConfigError, match="role 'masking_policy' wraps the policy: use dist.shard=replicate"):
         shard_run(FSDPSettings(), 1, "gloo", tiny_policy(), {}, ["masking_policy"])
 
 
@@ -146,20 +131,7 @@ def test_torchrun_fsdp_resumes_after_a_kill_at_two_ranks_and_at_one(tmp_path, ti
     full, killed = tmp_path / "full", tmp_path / "killed"
     run_to_end(torchrun(*fsdp_args(full, tiny)))
     assert (latest_checkpoint(full) / "sharded" / ".metadata").is_file()
-    launcher = subprocess.Popen(torchrun(*fsdp_args(killed, tiny)), env=dict(os.environ),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not (killed / "checkpoints" / "step_000002").exists():
-            assert launcher.poll() is None, "run ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        os.kill(workers(launcher.pid)[1], signal.SIGKILL)
-        assert launcher.wait(timeout=TIMEOUT_S) != 0
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+    kill_rank_1_after_checkpoint(torchrun(*fsdp_args(killed, tiny)), killed)
     assert latest_checkpoint(killed).name == "step_000002"
     one = tmp_path / "one"
     shutil.copytree(killed, one)

@@ -172,6 +172,18 @@ def test_a_vllm_run_trains_the_builtin_task(tmp_path):
     assert all(abs(r["mismatch/k1"]) < 1e-4 and r["credit/max"] <= 2.0 for r in rows[1:])
 
 
+def test_a_sharded_policy_pushes_whole_weights_into_vllm(tmp_path, tiny):
+    """``dist.shard=fsdp`` in one process: the policy's weights are shards (DTensors), so building the engine and
+    every push gather them whole (``whole_items``); vLLM's log-probs of the tokens it sampled then equal the
+    trainer's after each update, within the 1e-4 the unsharded runs are held to. (One rank holds every shard: that
+    two ranks' gathers give the whole tensors is tests/dist/test_fsdp.py's.)"""
+    recipe = load_recipe("grpo_vllm", [*tiny, "model.tiny.hidden_size=64", "train.steps=2", "train.eval_every=2",
+                                       "train.save_every=2", "dist.shard=fsdp"])
+    rows = Trainer(recipe, tmp_path / "run", log=lambda *a: None).run()
+    assert rows[-1]["step"] == 2
+    assert all(r["mismatch/abs_log_ratio_max"] < 1e-4 for r in rows[1:])
+
+
 def test_a_head_size_vllm_cannot_serve_on_cpu_is_refused_clearly():
     torch.manual_seed(0)
     policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64))

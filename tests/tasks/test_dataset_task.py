@@ -1,6 +1,5 @@
 """The ``dataset`` task (local data through Hugging Face ``datasets``), absolute data paths and remembered plugins."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,7 @@ import torch
 from polo.cli import main
 from polo.core.registry import ConfigError
 from polo.engines.base import EngineSetup, scored
-from polo.tasks import Example, RewardSpec, build_task, register_reward, score
+from polo.tasks import Example, RewardSpec, build_task, score
 from polo.tasks.reward_calls import RewardContext, TrainerState
 from polo.tasks.rewards import RewardError, score_batch
 from polo.train.config import load_recipe

@@ -5,7 +5,6 @@ import pytest
 
 from conftest import recipe_extras
 from polo.train.config import RECIPES_DIR, load_recipe
-from polo.train.metrics import read_metrics
 from polo.train.trainer import Trainer
 
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
