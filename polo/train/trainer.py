@@ -243,6 +243,10 @@ class Trainer:
         d = self.recipe.dist
         if d.shard == "replicate":
             return ShardedModules()
+        if self.recipe.train.async_staleness or d.backend == "ray":
+            raise ConfigError("dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray: those generate "
+                              "from a copy of the weights (a thread's snapshot, the Ray workers'), which would be "
+                              "shards; use dist.shard=replicate with them")
         wrappers = [name for name, role in run.trained_roles.items() if role.wraps_policy]
         return shard_run(d.fsdp, self.data_parallel.world, process_group_backend(d.learner_backend), self.policy,
                          self.models, wrappers)

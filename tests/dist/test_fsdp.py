@@ -17,6 +17,9 @@ from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, full_te
 from polo.engines.sampler import sample
 from polo.policy.policy import whole_items
 from polo.train.checkpoint import latest_checkpoint
+from polo.train.config import load_recipe
+from polo.train.export import checkpoint_policy
+from polo.train.trainer import Trainer, resume
 
 WORLD = 2
 
@@ -106,7 +109,7 @@ def test_gathered_modules_decode_each_ranks_own_prompts(two_ranks):
         assert torch.equal(two_ranks[0]["full_weights"][key], tensor), key
 
 
-def test_what_the_sharded_learner_cannot_shard_is_refused():
+def test_what_the_sharded_learner_cannot_shard_is_refused(tmp_path, tiny):
     with pytest.raises(ConfigError, match=r"dist.shard=fsdp shards Hugging Face decoder layers, but head \(Linear\)"):
         ShardedModules.__new__(ShardedModules).shard("head", torch.nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="dist.fsdp.cpu_offload=true moves shards between the CPU and a GPU"):
@@ -114,6 +117,9 @@ def test_what_the_sharded_learner_cannot_shard_is_refused():
     assert len(decoder_layers(tiny_policy())) == 1
     with pytest.raises(ConfigError, match="role 'masking_policy' wraps the policy: use dist.shard=replicate"):
         shard_run(FSDPSettings(), 1, "gloo", tiny_policy(), {}, ["masking_policy"])
+    with pytest.raises(ConfigError, match="dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray"):
+        Trainer(load_recipe("grpo", [*tiny, "dist.shard=fsdp", "train.async_staleness=1",
+                                     "credit.name=rollout_is"]), tmp_path / "run")
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
@@ -140,10 +146,7 @@ def test_torchrun_fsdp_resumes_after_a_kill_at_two_ranks_and_at_one(tmp_path, ti
     for k in a:
         assert torch.equal(a[k], b[k]), k
 
-    from polo.train.export import checkpoint_policy
-    from polo.train.config import load_recipe
     saved, _ = checkpoint_policy(one, load_recipe(one / "config.yaml"), 2)
-    from polo.train.trainer import resume
     trainer = resume(one, log=lambda *_: None)
     for key, tensor in whole_items(trainer.policy.state_dict()):
         assert torch.equal(tensor, saved.state_dict()[key]), key
