@@ -36,7 +36,6 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
-
 from transformers import PreTrainedModel
 
 from polo.core.registry import ConfigError
