@@ -96,6 +96,7 @@ class Work:
         return Work(self.flops + other.flops, self.gemms + other.gemms)
 
     def add_call(self, shape: ModelShape, rows: int, q: int, past: int, logits: int, grad: bool) -> None:
+        """One model call (``call_flops``' arguments): its forward, and with ``grad`` its backward (2×)."""
         kinds = ("forward", "backward") if grad else ("decode",) if q == 1 else ("forward",)
         forward = call_flops(shape, rows, q, past, logits)
         gemms = [(n_in, n_out, rows * q, shape.layers) for n_in, n_out in shape.linears]
@@ -112,8 +113,8 @@ class Work:
         """The sum of ``works``."""
         return sum(works, Work())
 
-    def total(self, phase: str | None = None) -> float:
-        return sum(f for (p, _), f in self.flops.items() if phase in (None, p))
+    def total(self) -> float:
+        return sum(self.flops.values())
 
 
 class FlopCounter:
