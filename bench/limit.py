@@ -53,7 +53,7 @@ class ModelShape:
     vocab: int
 
     @classmethod
-    def of(cls, config) -> "ModelShape":
+    def of(cls, config) -> ModelShape:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         return cls(config.hidden_size, config.intermediate_size, config.num_hidden_layers, heads,
@@ -92,7 +92,7 @@ class Work:
     flops: Counter = field(default_factory=Counter)
     gemms: Counter = field(default_factory=Counter)
 
-    def __add__(self, other: "Work") -> "Work":
+    def __add__(self, other: Work) -> Work:
         return Work(self.flops + other.flops, self.gemms + other.gemms)
 
     def add_call(self, shape: ModelShape, rows: int, q: int, past: int, logits: int, grad: bool) -> None:
@@ -109,7 +109,7 @@ class Work:
                     self.gemms[kind, n_in, n_out, bucket(m)] += scale * 2.0 * m * n_in * n_out * count
 
     @staticmethod
-    def of(works) -> "Work":
+    def of(works) -> Work:
         """The sum of ``works``."""
         return sum(works, Work())
 
@@ -124,7 +124,7 @@ class FlopCounter:
     def __init__(self, model):
         self.model, self.shape, self.work, self.handle = model, ModelShape.of(model.config), Work(), None
 
-    def __enter__(self) -> "FlopCounter":
+    def __enter__(self) -> FlopCounter:
         self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
         return self
 
