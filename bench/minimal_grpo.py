@@ -10,15 +10,22 @@ alternate step by step.
 ``--regime long``: the base model, 8-digit ``addition_trace`` prompts, ≤ 128 and ≤ 256 tokens, polo without
 skipping only (common.Regime).
 
+Each step's model FLOPs are counted as it runs (bench/limit.py); ``/ limit`` columns are the fraction of the
+machine's matmul throughput at the step's own GEMM shapes, measured in the same run, that the step achieved
+(polo: also its sampling and update stages).
+
     python bench/minimal_grpo.py [--quick] [--regime long]
 """
 from __future__ import annotations
+
+from contextlib import ExitStack
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from common import ADDITION, CACHE_ARG, LR, REGIME_OPTION, REGIMES, interleaved, median, paired_ratio, parse_args, \
     polo_trainer, print_table, prompt_order, reward_functions, save_model
+from limit import FlopCounter, Work, achieved, describe, step_fractions
 
 
 class MinimalGRPO:
@@ -90,18 +97,32 @@ def main() -> None:
     for setting in regime.settings:
         model_dir = save_model(regime.size, setting.eos_prob)
         no_skip = polo_trainer(model_dir, setting, extra=("train.skip_zero_advantage_rows=false",), task=regime.task)
-        cases = {"no-skip": no_skip.step, "floor": MinimalGRPO(model_dir, setting, task=regime.task).step}
+        floor = MinimalGRPO(model_dir, setting, task=regime.task)
+        models = {"no-skip": no_skip.policy.hf_model, "floor": floor.model}
+        cases = {"no-skip": no_skip.step, "floor": floor.step}
         if regime.skipping:
-            cases = {"polo": polo_trainer(model_dir, setting, task=regime.task).step, **cases}
-        times, out = interleaved(cases, reps, warmup=warmup)
+            polo = polo_trainer(model_dir, setting, task=regime.task)
+            models, cases = {"polo": polo.policy.hf_model, **models}, {"polo": polo.step, **cases}
+        with ExitStack() as stack:
+            counters = {name: stack.enter_context(FlopCounter(model)) for name, model in models.items()}
+            times, got = interleaved({name: counters[name].counted(fn) for name, fn in cases.items()}, reps,
+                                     warmup=warmup)
+        out = {name: [result for result, _ in runs] for name, runs in got.items()}
+        works = {name: [work for _, work in runs] for name, runs in got.items()}
         polo_runs = [name for name in cases if name != "floor"]
         rows.append([setting.name, median([r["response/length"] for r in out["no-skip"]]), median(out["floor"]),
                      median([r["frac_zero_adv_groups"] for r in out["no-skip"]]),
                      *(median(times[name]) for name in cases),
-                     *(paired_ratio(times[name], times["floor"]) for name in polo_runs)])
+                     *(paired_ratio(times[name], times["floor"]) for name in polo_runs),
+                     *(f for name in polo_runs for f in step_fractions(times[name], out[name], works[name])),
+                     achieved(Work.of(works["floor"]), sum(times["floor"]))[1]])
+        for name in cases:
+            print(f"  {setting.name}, {name}: {describe(Work.of(works[name]), sum(times[name]))}", flush=True)
         print(f"  {setting.name} done", flush=True)
     header = ["setting", "polo mean len", "floor mean len", "zero-adv groups", *(f"{k} s/step" for k in cases),
-              *(f"{k} / floor" for k in polo_runs)]
+              *(f"{k} / floor" for k in polo_runs),
+              *(f"{k} {part} / limit" for k in polo_runs for part in ("step", "sample", "update")),
+              "floor step / limit"]
     print_table(f"GRPO step vs the hand-written floor, {args.regime} regime, {regime.size} model (median of {reps} "
                 f"alternating steps)", header, rows)
     print("\ntarget: polo / floor <= 1.05")

@@ -9,12 +9,17 @@ medians, the median of the paired ratios packed / padded, the token positions ea
 8-digit ``addition_trace`` prompts, ≤ 128 and ≤ 256 tokens (P(EOS) = 1/cap, common.Regime); ``--regime short``:
 the tiny model's addition settings, where prompt sharing should win.
 
+Each call's model FLOPs are counted as it runs (bench/limit.py; padding and packed filler positions included, as
+computed); ``/ limit`` columns are the fraction of the machine's matmul throughput at the call's own GEMM shapes,
+measured in the same run, that it achieved.
+
     python bench/packing.py [--quick] [--regime long|short] [--reps N]
 """
 from __future__ import annotations
 
 from common import REGIME_OPTION, REGIMES, interleaved, median, paired_ratio, parse_args, polo_trainer, print_table, \
     save_model
+from limit import FlopCounter, Work, achieved, describe
 from polo.policy.packing import reads_of
 from polo.policy.inputs import trim_left_padding
 from polo.policy.prefix import distinct_prompts, packing_choice
@@ -62,18 +67,24 @@ def main() -> None:
 
         cases = {"update padded": update(False), "update packed": update(True),
                  "logp padded": logp(False), "logp packed": logp(True)}
-        times, _ = interleaved(cases, reps)
+        with FlopCounter(policy.hf_model) as counter:
+            times, got = interleaved({name: counter.counted(fn) for name, fn in cases.items()}, reps)
+        works = {name: Work.of(work for _, work in runs) for name, runs in got.items()}
         padded, packed = positions(policy, batch)
         rows.append([setting.name, float(batch.response_mask.sum(1).float().mean()), padded, packed,
                      "packed" if packed < padded else "padded",
                      median(times["update padded"]), median(times["update packed"]),
                      paired_ratio(times["update packed"], times["update padded"]),
                      median(times["logp padded"]), median(times["logp packed"]),
-                     paired_ratio(times["logp packed"], times["logp padded"])])
+                     paired_ratio(times["logp packed"], times["logp padded"]),
+                     *(achieved(work, sum(times[name]))[1] for name, work in works.items())])
+        for name, work in works.items():
+            print(f"  {setting.name}, {name}: {describe(work, sum(times[name]))}", flush=True)
         print(f"  {setting.name} done", flush=True)
     print_table(f"packed vs padded rows, {regime.size} model (medians of {reps}; ratios: medians of paired ratios)",
                 ["setting", "mean len", "padded pos", "packed pos", "auto", "update padded s", "update packed s",
-                 "**update packed / padded**", "logp padded s", "logp packed s", "logp packed / padded"], rows)
+                 "**update packed / padded**", "logp padded s", "logp packed s", "logp packed / padded",
+                 *(f"{name} / limit" for name in cases)], rows)
 
 
 if __name__ == "__main__":

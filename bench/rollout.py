@@ -11,6 +11,10 @@ shape), where polo computes each prompt once and ``generate`` and the floor comp
 128 and 256 new tokens (fixed; ≤ 256 with EOS probability 1/256), 4 prompts × 8 samples at 256, and vLLM's
 engine (polo.engines.vllm_generator, in this process, float32, prefix caching on) next to the others.
 
+Each call's model FLOPs are counted as it runs (bench/limit.py; not vLLM's, whose model is its own); ``/ limit``
+columns are the fraction of the machine's matmul throughput at the call's own GEMM shapes (the prefill's forward
+GEMMs, the decode steps' one-token GEMMs), measured in the same run, that it achieved.
+
     python bench/rollout.py [--quick] [--regime long]
 """
 from __future__ import annotations
@@ -22,10 +26,12 @@ from transformers import DynamicCache
 
 from common import CACHE_ARG, EOS_PROB, REGIME_OPTION, build_model, interleaved, median, paired_ratio, parse_args, \
     print_table, random_prompts
+from limit import FlopCounter, Work, achieved, describe
 from polo.policy.policy import Policy
 from polo.engines.sampler import sample
 
 PROMPT, NEW = 16, 32
+LIMIT_COLUMNS = ["polo / limit", "generate / limit", "floor / limit"]
 LONG_PROMPT = 18
 
 
@@ -78,13 +84,19 @@ def run_case(size: str, batch: int, eos_prob: float, reps: int, group: int = 1, 
         engine = vllm_engine(policy)
         cases["vLLM"] = lambda: int(engine.generate(policy, ids, mask, max_new_tokens=new,
                                                     generator=generator).response_mask.sum())
-    times, tokens = interleaved(cases, reps)
+    with FlopCounter(model) as counter:
+        times, got = interleaved({name: counter.counted(fn) for name, fn in cases.items()}, reps)
+    tokens = {name: [n for n, _ in runs] for name, runs in got.items()}
+    works = {name: Work.of(work for _, work in got[name]) for name in ("polo", "generate", "floor")}
     tps = {k: [n / t for n, t in zip(tokens[k], times[k])] for k in times}
     mean_len = median(tokens["polo"]) / batch
     kind = f"fixed {new}" if eos_prob == 0 else f"<= {new}, EOS p={eos_prob:.3g}, mean {mean_len:.1f}"
     kind += f", {batch // group} prompts x {group}" if group > 1 else ""
     row = [size, batch, kind, median(tps["polo"]), median(tps["generate"]), median(tps["floor"]),
-           paired_ratio(tps["polo"], tps["generate"]), paired_ratio(times["floor"], times["polo"])]
+           paired_ratio(tps["polo"], tps["generate"]), paired_ratio(times["floor"], times["polo"]),
+           *(achieved(work, sum(times[name]))[1] for name, work in works.items())]
+    for name, work in works.items():
+        print(f"  {size}, {batch}, {kind}, {name}: {describe(work, sum(times[name]))}", flush=True)
     if vllm:
         row += [median(tps["vLLM"]), paired_ratio(tps["polo"], tps["vLLM"])]
         engine.close()
@@ -108,7 +120,7 @@ def main() -> None:
         print(f"  {rows[-1][:3]} done", flush=True)
     print_table(f"rollout: prompt {PROMPT}, {NEW} new tokens, tokens/s (valid tokens) and ratios", [
         "model", "batch", "lengths", "polo tok/s", "generate tok/s", "floor tok/s",
-        "polo/generate (tok/s)", "floor time / polo time"], rows)
+        "polo/generate (tok/s)", "floor time / polo time", *LIMIT_COLUMNS], rows)
     print("\ntargets: floor time / polo time >= 0.95 at fixed length; polo/generate >= 1 everywhere. The floor "
           "always runs all rows for all 32 steps, so with EOS polo (which drops finished rows) can beat it.")
 
@@ -124,7 +136,7 @@ def long_regime(reps: int, quick: bool) -> None:
         print(f"  {rows[-1][:3]} done", flush=True)
     print_table(f"rollout, long regime: prompt {LONG_PROMPT}, tokens/s (valid tokens) and ratios (median of {reps})", [
         "model", "batch", "lengths", "polo tok/s", "generate tok/s", "floor tok/s", "polo/generate (tok/s)",
-        "floor time / polo time", "vLLM tok/s", "polo/vLLM (tok/s)"], rows)
+        "floor time / polo time", *LIMIT_COLUMNS, "vLLM tok/s", "polo/vLLM (tok/s)"], rows)
     print("\ntargets: floor time / polo time >= 0.95 at fixed length; polo/generate >= 1 everywhere")
 
 
