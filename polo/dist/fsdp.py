@@ -186,11 +186,6 @@ def is_shard(tensor: torch.Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a shard (collective: every rank must call it in the same order); a plain tensor as is."""
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-
-
 def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     """``torch.nn.utils.clip_grad_norm_`` over parameters of which some are shards (DTensor): the 2-norm of the
     whole gradient ``sqrt(Σ‖g_sharded‖² + Σ‖g_whole‖²)`` (the same on every rank: a collective), and every

@@ -37,12 +37,17 @@ DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 """``model.dtype`` → the autocast dtype of the model calls (None: plain float32)."""
 
 
+def whole_tensor(tensor: Tensor) -> Tensor:
+    """A shard (a DTensor of ``dist.shard: fsdp``) gathered whole (a collective: every rank gathers alike); any
+    other tensor as it is."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def whole_items(state: dict[str, Tensor]) -> Iterator[tuple[str, Tensor]]:
-    """``state``'s items with each shard (a DTensor of ``dist.shard: fsdp``) gathered whole as it is reached, so a
-    rank holds at most one gathered tensor beyond its shards (a collective: every rank iterates alike); other
-    tensors as they are."""
+    """``state``'s items with each shard gathered whole (``whole_tensor``) as it is reached, so a rank holds at
+    most one gathered tensor beyond its shards; detached."""
     for key, tensor in state.items():
-        yield key, (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach()
+        yield key, whole_tensor(tensor).detach()
 
 
 def whole_state(state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -67,7 +67,7 @@ def save_checkpoint(
 ) -> Path:
     """Write ``weights`` (name → state dict, as safetensors) and ``state`` (torch.save) atomically; refuse
     weights that are not finite."""
-    return finish_checkpoint(begin_checkpoint(run_dir, step), weights, state)
+    return finish_checkpoint(begin_checkpoint(run_dir, step), step, weights, state)
 
 
 def begin_checkpoint(run_dir: Path, step: int) -> Path:
@@ -81,10 +81,10 @@ def begin_checkpoint(run_dir: Path, step: int) -> Path:
     return tmp
 
 
-def finish_checkpoint(tmp: Path, weights: dict[str, dict[str, torch.Tensor]], state: dict[str, Any]) -> Path:
-    """Add ``weights`` and ``state`` to the temporary folder ``tmp`` (``begin_checkpoint``), seal it with its
-    manifest and rename it into place as ``step_NNNNNN``; refuse weights that are not finite."""
-    step = int(tmp.name[len(_TMP_PREFIX):].split("_")[0])
+def finish_checkpoint(tmp: Path, step: int, weights: dict[str, dict[str, torch.Tensor]],
+                      state: dict[str, Any]) -> Path:
+    """Add ``weights`` and ``state`` to the temporary folder ``tmp`` (``begin_checkpoint(run_dir, step)``), seal
+    it with its manifest and rename it into place as ``step_NNNNNN``; refuse weights that are not finite."""
     for name, sd in weights.items():
         bad = [key for key, tensor in sd.items() if tensor.is_floating_point() and not torch.isfinite(tensor).all()]
         if bad:

@@ -32,7 +32,7 @@ class Critics:
         stats = {}
         for name, role, model, _ in self.members:
             loss, diagnostics = role.loss(model, micro, counts, aggregation)
-            (loss * weight if weight != 1.0 else loss).backward()
+            (loss * weight).backward()
             stats[f"loss/{name}"] = float(loss.detach())
             stats.update({f"{name}/{key}": value for key, value in diagnostics.items()})
         return stats

@@ -181,6 +181,10 @@ def check_scale_out(recipe: Recipe, run: Run) -> None:
     if served is not None and served.sleep and recipe.train.async_staleness:
         raise ConfigError(f"engine.vllm.sleep with train.async_staleness={recipe.train.async_staleness}: the next "
                           f"batches are generated during the update, so vLLM cannot sleep through it; drop one")
+    if recipe.dist.shard == "fsdp" and (recipe.train.async_staleness or recipe.dist.backend == "ray"):
+        raise ConfigError("dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray: those generate "
+                          "from a copy of the weights (a thread's snapshot, the Ray workers'), which would be "
+                          "shards; use dist.shard=replicate with them")
     if served is not None and served.mode == "server" and recipe.dist.backend == "ray":
         raise ConfigError("engine.vllm.mode=server with dist.backend: ray: the rollout workers would each start a "
                           "server, or all push weights into yours; use mode: colocate (each worker's own vLLM)")

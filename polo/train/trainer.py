@@ -243,10 +243,6 @@ class Trainer:
         d = self.recipe.dist
         if d.shard == "replicate":
             return ShardedModules()
-        if self.recipe.train.async_staleness or d.backend == "ray":
-            raise ConfigError("dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray: those generate "
-                              "from a copy of the weights (a thread's snapshot, the Ray workers'), which would be "
-                              "shards; use dist.shard=replicate with them")
         wrappers = [name for name, role in run.trained_roles.items() if role.wraps_policy]
         return shard_run(d.fsdp, self.data_parallel.world, process_group_backend(d.learner_backend), self.policy,
                          self.models, wrappers)
@@ -331,7 +327,7 @@ class Trainer:
         else:
             tmp = Path(dp.same(str(begin_checkpoint(self.run_dir, self.step_count)) if dp.is_main else None))
             self.sharded.save(tmp, *self.sharded_checkpoint())
-            path = finish_checkpoint(tmp, weights, state) if dp.is_main else None
+            path = finish_checkpoint(tmp, self.step_count, weights, state) if dp.is_main else None
             dp.barrier()  # no rank goes on before the checkpoint is in place
         if dp.is_main:
             prune_checkpoints(self.run_dir, keep=2)
@@ -345,15 +341,15 @@ class Trainer:
         if changed:
             raise ConfigError(f"{self.run_dir / 'config.yaml'} differs from the configuration this run was trained "
                               f"with: {'; '.join(changed)}; put it back or start a new run")
-        sharded = self.sharded_checkpoint()
+        sharded, optimizers = self.sharded_checkpoint()
         for name, model in self.checkpointed_models().items():
-            if name not in sharded[0]:
+            if name not in sharded:
                 model.load_state_dict(weights[name])
         self.critics.load_optimizers(state["critic_optimizers"])
         if state["optimizer"] is not None:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.sharded:
-            self.sharded.load(path, *sharded)
+            self.sharded.load(path, sharded, optimizers)
         self.scheduler.load_state_dict(state["scheduler"])
         self.stream.load_state_dict(state["stream"])
         self.sample_generator.set_state(state["sample_generator"])

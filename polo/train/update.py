@@ -133,8 +133,8 @@ class Minibatch:
     passes: int
     """Forward/backward passes this rank runs: ``len(micro)``, or under ``lockstep`` the most micro-batches of
     any rank (the passes past ``len(micro)`` are zero-weight passes over ``idle``)."""
-    idle: RolloutBatch
-    """One row of the minibatch: the input of a zero-weight pass."""
+    idle: RolloutBatch | None
+    """Under ``lockstep``, one row of the minibatch: the input of a zero-weight pass."""
 
 
 @dataclass
@@ -226,7 +226,7 @@ class Updater:
                 passes = max(self.data_parallel.gather(len(parts))) if self.lockstep else len(parts)
                 yield Minibatch(StepCounts.from_mask(whole.response_mask, s.max_new_tokens),
                                 [float(reg.scope(whole).sum()) for reg in self.terms.regularizers], len(rows),
-                                trained, parts, empty, passes, whole.select(torch.arange(1)))
+                                trained, parts, empty, passes, whole.select(torch.arange(1)) if self.lockstep else None)
 
     def step(self, minibatch: Minibatch, kl_coef: float, policy_frozen: bool, totals: UpdateTotals) -> None:
         """One optimizer step on ``minibatch``: the micro-batches' backwards, the gradients summed over the
@@ -317,7 +317,7 @@ class Updater:
             loss = loss + reg.coef * term
             stats[f"loss/{reg.registry_name}"] = float(term.detach())
             stats.update({f"{reg.registry_name}/{k}": float(v) for k, v in reg_out.metrics.items()})
-        (loss * weight if weight != 1.0 else loss).backward()
+        (loss * weight).backward()
         log_ratio = (logp.detach() - micro.old_logp) * mask
         ratio = log_ratio.clamp(-20, 20).exp() * mask
         stats["policy/kl_old"] = float(-log_ratio.sum() / n)

@@ -13,13 +13,13 @@ from test_data_parallel import (SCENARIOS, equal_to_one_process, free_port, kill
 
 from polo.core.registry import ConfigError
 from polo.dist.data_parallel import DataParallel
-from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, full_tensor, shard_run
+from polo.dist.fsdp import FSDPSettings, ShardedModules, decoder_layers, shard_run
 from polo.engines.sampler import sample
-from polo.policy.policy import whole_items
+from polo.policy.policy import whole_items, whole_tensor
 from polo.train.checkpoint import latest_checkpoint
 from polo.train.config import load_recipe
 from polo.train.export import checkpoint_policy
-from polo.train.trainer import Trainer, resume
+from polo.train.trainer import resume
 
 WORLD = 2
 
@@ -47,7 +47,7 @@ def worker(rank: int, port: int, out) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         group = DataParallel.from_environment("gloo")
-        got = {name: one_update(group, name, shard=shard_both, full=full_tensor) for name in SCENARIOS}
+        got = {name: one_update(group, name, shard=shard_both, full=whole_tensor) for name in SCENARIOS}
         # memory: the policy's parameters and one AdamW step's state, local bytes against the whole model's
         policy = tiny_policy()
         whole = sum(p.nbytes for p in policy.parameters())
@@ -109,7 +109,7 @@ def test_gathered_modules_decode_each_ranks_own_prompts(two_ranks):
         assert torch.equal(two_ranks[0]["full_weights"][key], tensor), key
 
 
-def test_what_the_sharded_learner_cannot_shard_is_refused(tmp_path, tiny):
+def test_what_the_sharded_learner_cannot_shard_is_refused(tiny):
     with pytest.raises(ConfigError, match=r"dist.shard=fsdp shards Hugging Face decoder layers, but head \(Linear\)"):
         ShardedModules.__new__(ShardedModules).shard("head", torch.nn.Linear(2, 2))
     with pytest.raises(ConfigError, match="dist.fsdp.cpu_offload=true moves shards between the CPU and a GPU"):
@@ -118,8 +118,7 @@ def test_what_the_sharded_learner_cannot_shard_is_refused(tmp_path, tiny):
     with pytest.raises(ConfigError, match="role 'masking_policy' wraps the policy: use dist.shard=replicate"):
         shard_run(FSDPSettings(), 1, "gloo", tiny_policy(), {}, ["masking_policy"])
     with pytest.raises(ConfigError, match="dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray"):
-        Trainer(load_recipe("grpo", [*tiny, "dist.shard=fsdp", "train.async_staleness=1",
-                                     "credit.name=rollout_is"]), tmp_path / "run")
+        load_recipe("grpo", [*tiny, "dist.shard=fsdp", "train.async_staleness=1", "credit.name=rollout_is"])
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
