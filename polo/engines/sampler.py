@@ -80,7 +80,7 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     distinct = (prompt_ids, prompt_mask, torch.arange(B, device=device)) if inputs else \
         distinct_prompts(prompt_ids, prompt_mask)
     decoder = policy.decoder()
-    decoder.keep_hidden = return_hidden
+    decoder.keep_hidden, decoder.new_tokens = return_hidden, max_new_tokens
     logits = decoder.prefill(distinct, **inputs)
     hidden = decoder.hidden.float() if return_hidden else None
     steps = 0

@@ -31,6 +31,14 @@ class MaskedDecoder:
         self.inner.keep_hidden = value
 
     @property
+    def new_tokens(self) -> int:
+        return self.inner.new_tokens
+
+    @new_tokens.setter
+    def new_tokens(self, value: int) -> None:
+        self.inner.new_tokens = self.masking.new_tokens = value
+
+    @property
     def hidden(self):
         return self.inner.hidden
 

@@ -19,6 +19,7 @@ from torch.distributed.fsdp import FSDPModule
 from transformers import DynamicCache, LlamaForCausalLM
 
 from polo.policy.inputs import concat_inputs, positions, trim_left_padding
+from polo.policy.kv_cache import reserved_cache
 from polo.policy.packing import PackedRows, PackRows, varlen_attention
 
 # transformers 5 renamed ``past_key_values`` to ``cache``
@@ -69,19 +70,21 @@ class CachedDecoder:
     """Incremental decoding with a KV cache: ``prefill`` the prompts, then one ``step`` per token; each returns
     the next-token logits ``[rows, V]``. ``select`` keeps the given rows (finished rows leave the batch). With
     ``keep_hidden`` set, ``prefill`` also keeps ``hidden`` ``[rows, d]``: the last layer's state at each prompt's
-    last token (the position whose logits give the first new token). ``precision`` gives the context every model
-    call runs in (the policy's mixed precision)."""
+    last token (the position whose logits give the first new token). ``new_tokens``: the steps that will follow
+    the prefill, for which the cache reserves room (polo.policy.kv_cache; more grow it). ``precision`` gives the
+    context every model call runs in (the policy's mixed precision)."""
 
     def __init__(self, model, hf_model, precision: Callable[[], AbstractContextManager] = nullcontext):
         if drops_cache(model):
             raise RuntimeError("KV-cached decoding with gradient checkpointing in training mode: the layers would "
                                "drop the cache; call policy.eval() before sampling")
-        self.model, self.cache, self.precision = model, new_cache(hf_model), precision
-        self.keep_hidden, self.hidden = False, None
+        self.model, self.config, self.precision = model, hf_model.config, precision
+        self.keep_hidden, self.hidden, self.new_tokens = False, None, 0
 
     def prefill(self, distinct: tuple[Tensor, Tensor, Tensor], **inputs: Tensor) -> Tensor:
         """Logits after each prompt of the batch, from ``distinct_prompts``' output (shared prefills); ``inputs``:
         the distinct prompts' further model inputs (e.g. ``pixel_values``)."""
+        self.cache = reserved_cache(self.config, self.new_tokens)
         with self.precision():
             out = prefill(self.model, distinct, self.cache, logits_to_keep=1, output_hidden_states=self.keep_hidden,
                           **inputs)
