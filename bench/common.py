@@ -40,7 +40,14 @@ SIZES = {
     "tiny": TinyModelConfig(max_position_embeddings=128),  # polo's built-in size: hidden 128, 2 layers
     "small": TinyModelConfig(hidden_size=256, num_layers=4, intermediate_size=1024, max_position_embeddings=128),
     "base": TinyModelConfig(preset="base"),  # the bigger preset: hidden 256, 6 layers, heads of 64, 512 positions
+    # a real model's proportions (issue #33): hidden 512, 8 layers, 8 heads of 64, a 32,000-token vocabulary
+    # (WIDE_VOCAB): 27.3M parameters in the layers + 16.4M in the tied embedding = 43.7M
+    "wide": TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=1536,
+                            max_position_embeddings=512),
 }
+WIDE_VOCAB = 32_000
+"""The ``wide`` size's vocabulary, that of Llama-2 / Mistral-7B: the lm_head and the softmax over it weigh in a
+step as they do in real checkpoints (the character vocabulary's 100 tokens make them negligible)."""
 EOS_PROB = 1 / 24
 """EOS probability per token of the varying-length model: lengths are geometric (mean ≈ 22 under a 64 cap)."""
 LR = 1e-6
@@ -98,10 +105,12 @@ class Regime:
 
 
 REGIMES = {"short": Regime("tiny", ADDITION, SETTINGS),
-           "long": Regime("base", LONG_TASK, LONG_SETTINGS, skipping=False, trl={"gradient_checkpointing": False})}
+           "long": Regime("base", LONG_TASK, LONG_SETTINGS, skipping=False, trl={"gradient_checkpointing": False}),
+           "wide": Regime("wide", LONG_TASK, LONG_SETTINGS, skipping=False, trl={"gradient_checkpointing": False})}
 REGIME_OPTION = {"choices": list(REGIMES), "default": "short",
                  "help": "short: tiny model, addition, <= 64 tokens; long: base model, 8-digit addition_trace prompts, "
-                         "<= 128 and <= 256 tokens (issue #14)"}
+                         "<= 128 and <= 256 tokens (issue #14); wide: the same on the 43.7M-parameter model with a 32k "
+                         "vocabulary (issue #33)"}
 
 
 def parse_args(description: str, **extra: dict) -> argparse.Namespace:
@@ -118,11 +127,22 @@ def parse_args(description: str, **extra: dict) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------- models
-def build_model(size: str = "tiny", eos_prob: float | None = EOS_PROB, seed: int = 0):
-    """polo's built-in model (``build_tiny_model`` + char tokenizer) of ``size``, in eval mode; with
-    ``eos_prob`` its EOS probability is ``eos_prob`` at every position (0: it never stops)."""
-    torch.manual_seed(seed)
+def wide_vocab_tokenizer(size: int = WIDE_VOCAB):
+    """polo's char tokenizer with filler tokens ``<f0>``, ``<f1>``, … added up to ``size`` entries: prompts encode
+    exactly as with the char tokenizer (its pre-tokenizer splits text into characters, so no filler is ever
+    matched), while the model's vocabulary, lm_head and softmax have a BPE vocabulary's width; a sampled filler
+    decodes to its text."""
     tokenizer = build_char_tokenizer()
+    tokenizer.add_tokens([f"<f{i}>" for i in range(size - len(tokenizer))])
+    return tokenizer
+
+
+def build_model(size: str = "tiny", eos_prob: float | None = EOS_PROB, seed: int = 0):
+    """polo's built-in model (``build_tiny_model`` + char tokenizer; ``wide``: ``wide_vocab_tokenizer``) of
+    ``size``, in eval mode; with ``eos_prob`` its EOS probability is ``eos_prob`` at every position (0: it never
+    stops)."""
+    torch.manual_seed(seed)
+    tokenizer = wide_vocab_tokenizer() if size == "wide" else build_char_tokenizer()
     model = build_tiny_model(SIZES[size], tokenizer).eval()
     if eos_prob is not None:
         set_eos_prob(model, tokenizer.eos_token_id, eos_prob)

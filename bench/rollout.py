@@ -7,9 +7,10 @@ Fixed length: a model that never emits EOS; varying length: EOS with probability
 drops finished rows and ``generate`` keeps them to the end. Grouped: 32 distinct prompts × 8 samples (GRPO's
 shape), where polo computes each prompt once and ``generate`` and the floor compute all 256.
 
-``--regime long`` (issue #14): the base model, prompts of 18 random characters (ladder-like), 32 rows,
-128 and 256 new tokens (fixed; ≤ 256 with EOS probability 1/256), 4 prompts × 8 samples at 256, and vLLM's
-engine (polo.engines.vllm_generator, in this process, float32, prefix caching on) next to the others.
+``--regime long`` (issue #14): the base model (``--regime wide``: the 43.7M-parameter one with a 32k
+vocabulary), prompts of 18 random characters (ladder-like), 32 rows, 128 and 256 new tokens (fixed; ≤ 256 with
+EOS probability 1/256), 4 prompts × 8 samples at 256, and vLLM's engine (polo.engines.vllm_generator, in this
+process, float32, prefix caching on) next to the others.
 
 Each call's model FLOPs are counted as it runs (bench/limit.py; not vLLM's, whose model is its own); ``/ limit``
 columns are the fraction of the machine's matmul throughput at the call's own GEMM shapes (the prefill's forward
@@ -24,7 +25,7 @@ import os
 import torch
 from transformers import DynamicCache
 
-from common import CACHE_ARG, EOS_PROB, REGIME_OPTION, build_model, interleaved, median, paired_ratio, parse_args, \
+from common import CACHE_ARG, EOS_PROB, REGIME_OPTION, REGIMES, build_model, interleaved, median, paired_ratio, parse_args, \
     print_table, random_prompts
 from limit import FlopCounter, Work, achieved, describe
 from polo.policy.policy import Policy
@@ -106,8 +107,8 @@ def run_case(size: str, batch: int, eos_prob: float, reps: int, group: int = 1, 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"},
                       regime=REGIME_OPTION)
-    if args.regime == "long":
-        return long_regime(args.reps or (1 if args.quick else 3), args.quick)
+    if args.regime != "short":
+        return long_regime(REGIMES[args.regime].size, args.reps or (1 if args.quick else 3), args.quick)
     reps = args.reps or (2 if args.quick else 7)
     cases = [(size, batch, p, 1) for size in ("tiny", "small") for batch in (64, 256) for p in (0.0, EOS_PROB)]
     cases += [("tiny", 256, 0.0, 8), ("small", 256, 0.0, 8)]  # GRPO: 8 samples of a prompt share its prefill
@@ -125,14 +126,15 @@ def main() -> None:
           "always runs all rows for all 32 steps, so with EOS polo (which drops finished rows) can beat it.")
 
 
-def long_regime(reps: int, quick: bool) -> None:
-    """The base model, 32 rows, 128 and 256 new tokens, with vLLM's engine (issue #14)."""
+def long_regime(size: str, reps: int, quick: bool) -> None:
+    """The base model (``--regime wide``: the wide one), 32 rows, 128 and 256 new tokens, with vLLM's engine (issue
+    #14)."""
     cases = [(128, 0.0, 1), (256, 0.0, 1), (256, 1 / 256, 1), (256, 0.0, 8)]
     if quick:
         cases = [(128, 0.0, 1)]
     rows = []
     for new, eos_prob, group in cases:
-        rows.append(run_case("base", 32, eos_prob, reps, group, new=new, prompt=LONG_PROMPT, vllm=True))
+        rows.append(run_case(size, 32, eos_prob, reps, group, new=new, prompt=LONG_PROMPT, vllm=True))
         print(f"  {rows[-1][:3]} done", flush=True)
     print_table(f"rollout, long regime: prompt {LONG_PROMPT}, tokens/s (valid tokens) and ratios (median of {reps})", [
         "model", "batch", "lengths", "polo tok/s", "generate tok/s", "floor tok/s", "polo/generate (tok/s)",

@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from polo.core.losses.entropy import entropy_from_logits
 from polo.core.registry import ConfigError
 from polo.policy.inputs import concat_inputs, pad_sequences
+from polo.policy.head import response_head_logp
 from polo.policy.lora import LoraConfig, apply_lora, base_state_dict, is_lora, load_lora, merged_state_dict
 from polo.policy.packing import PackRows, reads_of
 from polo.policy.prefix import CachedDecoder, read_after_prompt
@@ -32,6 +33,10 @@ def token_logp(logits: Tensor, ids: Tensor) -> Tensor:
     """``log softmax(logits)[..., ids]`` without materialising the full log-softmax."""
     return logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
 
+
+PLAIN_HEAD_MODELS = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+"""Hugging Face architectures whose logits are exactly ``lm_head(trunk output)`` (no logit scaling or soft-capping),
+so ``Policy.forward_logp`` may apply the head to the response tokens alone (polo.policy.head)."""
 
 DTYPES = {"float32": None, "bfloat16": torch.bfloat16}
 """``model.dtype`` → the autocast dtype of the model calls (None: plain float32)."""
@@ -288,6 +293,17 @@ class Policy(nn.Module):
                          logits_to_keep=T + 1, output_hidden_states=True)
         return out.logits[:, :-1].float(), out.hidden_states[hidden_layer]
 
+    def response_head(self) -> nn.Linear | None:
+        """The bias-free lm_head that ``forward_logp`` applies to the response tokens alone (polo.policy.head), or
+        None where the logits need the model's own forward: an architecture outside ``PLAIN_HEAD_MODELS``, a head
+        with a bias or an adapter, a policy that restricts or computes its logits its own way (a subclass's
+        ``restrict`` or ``response_logits``), sharded weights (FSDP unshards the head in the root's forward)."""
+        head = self.hf_model.get_output_embeddings()
+        plain = (type(self).restrict is Policy.restrict and type(self).response_logits is Policy.response_logits
+                 and self.hf_model.config.model_type in PLAIN_HEAD_MODELS and type(head) is nn.Linear
+                 and head.bias is None and not self.sharded)
+        return head if plain else None
+
     def forward_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor,
                      *, temperature: float = 1.0, return_entropy: bool | Literal["metric"] = False, return_full: bool = False,
                      hidden_layer: int | None = None, **inputs: Tensor) -> dict[str, Tensor]:
@@ -295,11 +311,20 @@ class Policy(nn.Module):
         ``softmax(restrict(logits) / temperature)`` (0 where masked); optionally ``entropy`` ``[B, T]`` of that
         distribution (``return_entropy="metric"``: detached), ``logprobs_full`` ``[B, T, V]`` (the whole
         log-softmax) and ``hidden_states`` ``[B, Tp + T, d]`` (the model's ``hidden_states[hidden_layer]``, 0 =
-        embeddings); all float32, on the inputs' device. ``inputs``: the rows' ``model_inputs``."""
+        embeddings); all float32, on the inputs' device. ``inputs``: the rows' ``model_inputs``.
+
+        Without ``return_full`` and ``hidden_layer``, a ``response_head`` runs on the trunk's states at the
+        response tokens only (``response_head_logp``: no logits at prompt or padding positions, no ``[B, T, V]``
+        tensor); otherwise the model's own forward gives ``[B, T, V]`` logits."""
         home = response_ids.device
         prompt_ids, prompt_mask, response_ids, response_mask = (
             x.to(self.device) for x in (prompt_ids, prompt_mask, response_ids, response_mask))
         inputs = {name: x.to(self.device) for name, x in inputs.items()}
+        head = None if return_full or hidden_layer is not None or inputs else self.response_head()
+        if head is not None:
+            result = self._head_logp(head, prompt_ids, prompt_mask, response_ids, response_mask, temperature,
+                                     return_entropy)
+            return {name: value.to(home) for name, value in result.items()}
         with self.autocast():  # the model (and a restricting wrapper's masking model) in compute_dtype
             logits, hidden = self.response_logits(prompt_ids, prompt_mask, response_ids, hidden_layer, inputs,
                                                   reads_of(response_mask))
@@ -316,6 +341,26 @@ class Policy(nn.Module):
         if hidden is not None:
             result["hidden_states"] = hidden.float()
         return {name: value.to(home) for name, value in result.items()}
+
+    def _head_logp(self, head: nn.Linear, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor,
+                   response_mask: Tensor, temperature: float,
+                   return_entropy: bool | Literal["metric"]) -> dict[str, Tensor]:
+        """``forward_logp``'s ``logp`` (and ``entropy``) from the trunk's last states at the N masked-in response
+        tokens, ``[N, d]``, and ``response_head_logp``; scattered into ``[B, T]`` (0 where masked)."""
+        with self.autocast():
+            hidden = read_after_prompt(self.hf_model.base_model, prompt_ids, prompt_mask, response_ids[:, :-1],
+                                       lambda out: out.last_hidden_state, lm_head=False,
+                                       reads=reads_of(response_mask), pack=self.pack_rows)
+            at = response_mask.bool().nonzero(as_tuple=True)
+            logp, entropy = response_head_logp(hidden[at], head.weight, response_ids[at], temperature=temperature,
+                                               with_entropy=bool(return_entropy))
+        def scatter(values: Tensor) -> Tensor:
+            return values.new_zeros(response_ids.shape, dtype=torch.float32).index_put(at, values.float())
+
+        result = {"logp": scatter(logp)}
+        if return_entropy:
+            result["entropy"] = scatter(entropy.detach() if return_entropy == "metric" else entropy)
+        return result
 
     forward = forward_logp
 
