@@ -119,27 +119,48 @@ class Work:
 
 class FlopCounter:
     """Counts the FLOPs of every call of ``model`` (a Hugging Face causal LM) while entered; ``take()`` returns
-    the Work since the last take."""
+    the Work since the last take.
+
+    The count is taken at the model's trunk (``model.base_model``), which every forward runs: called through the
+    causal LM it has that call's ``logits_to_keep``; called alone (polo's training forward, whose head runs on
+    the response tokens only: polo.policy.head) it has none, and each ``response_head_logp`` call adds its own
+    N rows of head work (forward 2·h·V·N, and 2× that in the backward when autograd is on)."""
 
     def __init__(self, model):
-        self.model, self.shape, self.work, self.handle = model, ModelShape.of(model.config), Work(), None
+        self.model, self.shape, self.work, self.handles = model, ModelShape.of(model.config), Work(), []
+        self.keep = None
 
     def __enter__(self) -> FlopCounter:
-        self.handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        import polo.policy.policy as policy_module
+
+        self.handles = [self.model.register_forward_pre_hook(self._causal_lm, with_kwargs=True),
+                        self.model.base_model.register_forward_pre_hook(self._trunk, with_kwargs=True)]
+        self.head, policy_module.response_head_logp = policy_module.response_head_logp, self._head
         return self
 
     def __exit__(self, *exc) -> None:
-        self.handle.remove()
+        import polo.policy.policy as policy_module
 
-    def _hook(self, module, args, kwargs) -> None:
+        for handle in self.handles:
+            handle.remove()
+        policy_module.response_head_logp = self.head
+
+    def _causal_lm(self, module, args, kwargs) -> None:
+        self.keep = kwargs.get("logits_to_keep", 0)  # read by the trunk call this one makes next
+
+    def _trunk(self, module, args, kwargs) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         ids = kwargs["inputs_embeds"] if ids is None else ids
         rows, q = ids.shape[:2]
         cache = kwargs.get("past_key_values", kwargs.get("cache"))
         past = cache.get_seq_length() if cache is not None else 0
-        keep = kwargs.get("logits_to_keep", 0)
-        logits = len(keep) if isinstance(keep, torch.Tensor) else min(keep, q) if keep else q
+        keep, self.keep = self.keep, None
+        logits = 0 if keep is None else len(keep) if isinstance(keep, torch.Tensor) else min(keep, q) if keep else q
         self.work.add_call(self.shape, rows, q, past, logits, torch.is_grad_enabled())
+
+    def _head(self, hidden, weight, targets, **kwargs):
+        self.work.add_call(self.shape, len(hidden), 0, 0, 1, torch.is_grad_enabled())  # N rows of head alone
+        return self.head(hidden, weight, targets, **kwargs)
 
     def take(self) -> Work:
         work, self.work = self.work, Work()

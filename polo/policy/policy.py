@@ -141,6 +141,9 @@ class Policy(nn.Module):
     """Whether ``hf_model.base_model`` is a causal text trunk a critic can copy (``ValueModel.from_policy``)."""
     pack_rows: PackRows = "auto"
     """The log-prob forward's packed rows (``read_after_prompt``'s ``pack``; the trainer sets ``train.pack_rows``)."""
+    compile_decode: bool = False
+    """Run the sampler's one-token decode steps through ``torch.compile`` (``decode_step_model``; the trainer sets
+    ``rollout.compile_decode``)."""
 
     def __init__(self, model: PreTrainedModel, tokenizer, *, chat_template: bool = False,
                  compute_dtype: torch.dtype | None = None):
@@ -269,7 +272,21 @@ class Policy(nn.Module):
 
     def decoder(self) -> CachedDecoder:
         """Incremental KV-cached decoding for the sampler (a wrapper may restrict the logits it returns)."""
-        return CachedDecoder(self.model, self.hf_model, self.autocast)
+        return CachedDecoder(self.model, self.hf_model, self.autocast, step_model=self.decode_step_model())
+
+    def decode_step_model(self) -> nn.Module:
+        """The module the sampler's one-token steps call: the model, or with ``compile_decode`` the model through
+        ``torch.compile(dynamic=True, mode="max-autotune-no-cudagraphs")``, built on first use and kept (outside
+        the module tree: its parameters are the model's). Shapes are dynamic (the batch shrinks as rows finish,
+        the cache grows), so one compilation serves every step and call; the prefill runs uncompiled. Measured
+        in docs/performance.md ("Compiled decode"): the compilation costs tens of seconds once per process and
+        pays back only over long decodes."""
+        if not self.compile_decode:
+            return self.model
+        if "compiled_decode" not in self.__dict__:
+            self.__dict__["compiled_decode"] = torch.compile(self.model, dynamic=True,
+                                                             mode="max-autotune-no-cudagraphs")
+        return self.__dict__["compiled_decode"]
 
     def restrict(self, logits: Tensor, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor) -> Tensor:
         """The response positions' logits ``[B, T, V]`` as the policy's distribution sees them: unchanged here;

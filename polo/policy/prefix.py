@@ -72,13 +72,16 @@ class CachedDecoder:
     ``keep_hidden`` set, ``prefill`` also keeps ``hidden`` ``[rows, d]``: the last layer's state at each prompt's
     last token (the position whose logits give the first new token). ``new_tokens``: the steps that will follow
     the prefill, for which the cache reserves room (polo.policy.kv_cache; more grow it). ``precision`` gives the
-    context every model call runs in (the policy's mixed precision)."""
+    context every model call runs in (the policy's mixed precision); ``step_model`` the module the one-token steps
+    call (the model itself, or a compiled version of it: ``Policy.decode_step_model``)."""
 
-    def __init__(self, model, hf_model, precision: Callable[[], AbstractContextManager] = nullcontext):
+    def __init__(self, model, hf_model, precision: Callable[[], AbstractContextManager] = nullcontext,
+                 step_model=None):
         if drops_cache(model):
             raise RuntimeError("KV-cached decoding with gradient checkpointing in training mode: the layers would "
                                "drop the cache; call policy.eval() before sampling")
         self.model, self.config, self.precision = model, hf_model.config, precision
+        self.step_model = model if step_model is None else step_model
         self.keep_hidden, self.hidden, self.new_tokens = False, None, 0
 
     def prefill(self, distinct: tuple[Tensor, Tensor, Tensor], **inputs: Tensor) -> Tensor:
@@ -94,7 +97,7 @@ class CachedDecoder:
 
     def step(self, inputs: dict[str, Tensor]) -> Tensor:
         with self.precision():
-            return self.model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]
+            return self.step_model(**inputs, use_cache=True, logits_to_keep=1, **{CACHE_ARG: self.cache}).logits[:, -1]
 
     def select(self, keep: Tensor) -> None:
         self.cache.batch_select_indices(keep)

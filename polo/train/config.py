@@ -113,6 +113,12 @@ class Rollout(Settings):
     """Sample among the k most likely tokens; 0: off."""
     mask_truncated: bool = False
     """Exclude completions that hit ``max_new_tokens`` without EOS from the loss (DAPO, verl)."""
+    compile_decode: bool = False
+    """Run polo's sampler's one-token decode steps through ``torch.compile`` (``Policy.decode_step_model``): the
+    compilation takes tens of seconds once per process, after which each decode step is cheaper; it pays back on
+    long completions and long runs only (docs/performance.md, "Compiled decode", has the break-even). Sampling
+    stays deterministic for a seed, but the compiled kernels round differently from the eager ones, so the
+    tokens drawn may differ from an uncompiled run's. Engines that generate elsewhere (vLLM) ignore it."""
 
 
 class Kl(Settings):

@@ -185,6 +185,9 @@ def check_scale_out(recipe: Recipe, run: Run) -> None:
         raise ConfigError("dist.shard=fsdp with train.async_staleness > 0 or dist.backend: ray: those generate "
                           "from a copy of the weights (a thread's snapshot, the Ray workers'), which would be "
                           "shards; use dist.shard=replicate with them")
+    if recipe.dist.shard == "fsdp" and recipe.rollout.compile_decode:
+        raise ConfigError("rollout.compile_decode with dist.shard=fsdp: the sampler decodes with the shards "
+                          "gathered inside FSDP's hooks, which polo does not compile; drop rollout.compile_decode")
     if served is not None and served.mode == "server" and recipe.dist.backend == "ray":
         raise ConfigError("engine.vllm.mode=server with dist.backend: ray: the rollout workers would each start a "
                           "server, or all push weights into yours; use mode: colocate (each worker's own vLLM)")

@@ -96,6 +96,7 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
     if recipe.train.gradient_checkpointing:
         policy.enable_gradient_checkpointing()
     policy.pack_rows = recipe.train.pack_rows
+    policy.compile_decode = recipe.rollout.compile_decode
     if recipe.model.chat_template and not policy.chat_template:
         log(chat_template_warning(path))
     if recipe.model.path is not None:

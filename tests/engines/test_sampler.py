@@ -98,3 +98,36 @@ def test_draw_matches_the_distribution_and_never_picks_excluded_tokens():
     freq = torch.bincount(draws, minlength=4).float() / len(draws)
     sigma = (probs * (1 - probs) / len(draws)).sqrt()  # binomial: ≤ 0.0035 for 20000 draws
     assert freq[1] == 0 and ((freq - probs).abs() <= 4 * sigma).all()  # 4σ per token (measured ≤ 1σ)
+
+
+def test_compiled_decode_keeps_the_samplers_contract(policy, stops, f32):
+    """``rollout.compile_decode``: the one-token steps through ``torch.compile`` (padded prompts, rows leaving the
+    batch at different steps, so the compiled graph sees several batch sizes and cache lengths): deterministic for a
+    seed, log-probs those of the training forward, and the draws of the eager sampler where no two tokens' CDF
+    boundaries fall within rounding of the uniform (always, on this seed)."""
+    compiled = copy.deepcopy(policy).double()
+    _, _, eager = run(compiled, temperature=0.8)
+    compiled.compile_decode = True
+    ids, mask, first = run(compiled, temperature=0.8)
+    _, _, again = run(compiled, temperature=0.8)
+    assert first.response_mask.sum(1).min() < first.response_ids.shape[1]  # rows ended at different steps
+    assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(vars(first).values(), vars(again).values()))
+    assert torch.equal(first.response_ids, eager.response_ids)
+    logp = compiled.forward_logp(ids, mask, first.response_ids, first.response_mask, temperature=0.8)["logp"]
+    atol = f32.logp_atol(compiled, ids, mask, first.response_ids, first.response_mask, 0.8)
+    torch.testing.assert_close(logp, first.logp, atol=atol, rtol=0)
+    assert "compiled_decode" in compiled.__dict__ and "compiled_decode" not in dict(compiled.named_modules())
+
+
+def test_rollout_compile_decode_reaches_the_policy_and_is_refused_with_fsdp(tmp_path):
+    from polo.core.registry import ConfigError
+    from polo.tasks import build_task
+    from polo.train.config import load_recipe
+    from polo.train.trainer import load_policy
+
+    build_tiny_policy(TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64)).save(tmp_path)
+    recipe = load_recipe("grpo", [f"model.path={tmp_path}", "rollout.compile_decode=true"])
+    assert load_policy(recipe, build_task(recipe.task), ["1+2="], log=lambda _: None).compile_decode is True
+    assert load_recipe("grpo", []).rollout.compile_decode is False
+    with pytest.raises(ConfigError, match="rollout.compile_decode with dist.shard=fsdp"):
+        load_recipe("grpo", [f"model.path={tmp_path}", "rollout.compile_decode=true", "dist.shard=fsdp"])
