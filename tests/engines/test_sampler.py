@@ -3,7 +3,9 @@ import copy
 import pytest
 import torch
 
-from polo.policy import TinyModelConfig
+from transformers import DynamicCache
+
+from polo.policy import TinyModelConfig, kv_cache, prefix
 from polo.policy.policy import build_tiny_policy
 from polo.engines.sampler import sample
 
@@ -81,6 +83,27 @@ def test_deterministic_given_the_generator(policy):
     _, _, c = run(policy, seed=4, temperature=0.9, top_p=0.9, top_k=20)
     assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(vars(a).values(), vars(b).values()))
     assert not torch.equal(a.response_ids, c.response_ids)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_the_reserved_kv_cache_draws_what_a_dynamic_cache_draws(policy, stops, monkeypatch, group):
+    """polo.policy.kv_cache against Hugging Face's ``DynamicCache``: padded prompts, shared prefills (``group``
+    samples per prompt), rows stopping at different steps and more new tokens than the reservation's give
+    identical outputs, bit for bit."""
+    ids, mask = policy.encode_prompts([p for p in PROMPTS for _ in range(group)])
+
+    def draw():
+        return sample(policy, ids, mask, max_new_tokens=24, generator=torch.Generator().manual_seed(1))
+
+    reserved = draw()
+    lengths = reserved.response_mask.sum(1)
+    assert lengths.min() < lengths.max() == 24  # rows left the batch at different steps
+    monkeypatch.setattr(prefix, "reserved_cache", lambda config, reserve: DynamicCache(config=config))
+    dynamic = draw()
+    for name, value in vars(reserved).items():
+        assert (value is None and getattr(dynamic, name) is None) or torch.equal(value, getattr(dynamic, name)), name
+    monkeypatch.setattr(prefix, "reserved_cache", lambda config, reserve: kv_cache.reserved_cache(config, 2))
+    assert torch.equal(draw().logp, reserved.logp)  # a reservation outgrown mid-decode grows without a change
 
 
 def test_top_k_one_and_tiny_top_p_are_greedy(policy):

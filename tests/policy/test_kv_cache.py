@@ -1,15 +1,11 @@
-"""The sampler's reserved KV cache (polo.policy.kv_cache) against Hugging Face's growing ``DynamicCache``."""
+"""The sampler's reserved KV cache (polo.policy.kv_cache) against Hugging Face's growing ``DynamicCache`` (the
+sampler with either: tests/engines/test_sampler.py)."""
 import pytest
 import torch
 from transformers import DynamicCache, Qwen2Config
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from polo.engines.sampler import sample
-from polo.policy import TinyModelConfig, kv_cache, prefix
 from polo.policy.kv_cache import ReservedLayer, reserved_cache
-from polo.policy.policy import build_tiny_policy
-
-PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]
 
 
 def states(rows: int, q: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,30 +50,3 @@ def test_full_attention_layers_are_reserved_and_sliding_windows_stay_as_hugging_
     layers = reserved_cache(config, 7).layers
     assert type(layers[0]) is ReservedLayer and layers[0].reserve == 7
     assert type(layers[1]) is DynamicSlidingWindowLayer
-
-
-@pytest.mark.parametrize("group", [1, 3])
-def test_the_sampler_draws_the_same_tokens_and_log_probs_as_with_a_dynamic_cache(monkeypatch, group):
-    """Padded prompts, shared prefills (``group`` samples per prompt), rows stopping at different steps (several
-    stop tokens) and more new tokens than the reservation's: identical outputs bit for bit."""
-    torch.manual_seed(0)
-    policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64))
-    with torch.no_grad():
-        for p in policy.model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.5)
-    policy.stop_token_ids = [policy.eos_token_id, *range(40, 48)]
-    ids, mask = policy.encode_prompts([p for p in PROMPTS for _ in range(group)])
-
-    def run():
-        return sample(policy, ids, mask, max_new_tokens=24, generator=torch.Generator().manual_seed(1))
-
-    reserved = run()
-    lengths = reserved.response_mask.sum(1)
-    assert lengths.min() < lengths.max() == 24  # rows left the batch at different steps
-    monkeypatch.setattr(prefix, "reserved_cache", lambda config, reserve: DynamicCache(config=config))
-    dynamic = run()
-    for name, value in vars(reserved).items():
-        assert (value is None and getattr(dynamic, name) is None) or torch.equal(value, getattr(dynamic, name)), name
-    monkeypatch.setattr(prefix, "reserved_cache", lambda config, reserve: kv_cache.reserved_cache(config, 2))
-    assert torch.equal(run().logp, reserved.logp)  # a reservation outgrown mid-decode grows without a change
