@@ -1,8 +1,8 @@
 """Compiled decode (``rollout.compile_decode``): polo's sampler with its one-token steps through ``torch.compile``
 against the same sampler eager, and the calls it takes for the compilation to pay back.
 
-For each case a fresh model and policy; the compiled sampler's first call (compilation included, on an empty
-inductor cache: a temporary ``TORCHINDUCTOR_CACHE_DIR``), then eager and compiled calls interleaved. Break-even
+For each case a fresh model and policy; the compiled sampler's first call (compilation included: dynamo reset, and
+an inductor cache that starts empty, a temporary ``TORCHINDUCTOR_CACHE_DIR``; later cases may reuse its kernels), then eager and compiled calls interleaved. Break-even
 = extra seconds of the first call / seconds saved per later call. One torch thread.
 
     python bench/compile_decode.py [--quick] [--reps N]
@@ -26,6 +26,7 @@ CASES = [("tiny", 64, 6, 32, 1 / 24), ("base", 32, 18, 128, 0.0), ("base", 32, 1
 
 
 def run_case(size: str, rows: int, prompt: int, new: int, eos_prob: float, reps: int) -> list:
+    torch._dynamo.reset()  # each case compiles anew (an earlier case's graphs would otherwise serve a same-sized model)
     model, tokenizer = build_model(size, eos_prob)
     policy = Policy(model, tokenizer)
     ids, mask = random_prompts(rows, prompt, 40)
