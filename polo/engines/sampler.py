@@ -30,10 +30,11 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
         outside = p.cumsum(-1) - p > top_p  # keep the shortest prefix whose mass reaches top_p
         z = z.scatter(-1, order, sorted_z.masked_fill(outside, float("-inf")))
     # inverse-CDF draw: one uniform per row (several times faster than torch.multinomial on CPU), drawn on the
-    # host generator's device and moved: the same draws on every device
+    # host generator's device and moved: the same draws on every device. The token is the count of CDF entries
+    # ≤ u, found by binary search (the CDF of non-negative terms never decreases) rather than a pass over V.
     cdf = z.exp().cumsum(-1)
     u = torch.rand(z.shape[0], 1, generator=generator).to(z.device) * cdf[:, -1:]
-    return (cdf <= u).sum(-1).clamp(max=z.shape[-1] - 1)
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=z.shape[-1] - 1)
 
 
 @torch.no_grad()
