@@ -279,8 +279,8 @@ class Policy(nn.Module):
         ``torch.compile(dynamic=True, mode="max-autotune-no-cudagraphs")``, built on first use and kept (outside
         the module tree: its parameters are the model's). Shapes are dynamic (the batch shrinks as rows finish,
         the cache grows), so one compilation serves every step and call; the prefill runs uncompiled. Measured
-        in docs/performance.md ("Compiled decode"): the compilation costs tens of seconds once per process and
-        pays back only over long decodes."""
+        in docs/performance.md ("Speed to the machine's limit (issue #33)"): the compilation costs tens of
+        seconds once per process and pays back only over long decodes."""
         if not self.compile_decode:
             return self.model
         if "compiled_decode" not in self.__dict__:
@@ -371,6 +371,7 @@ class Policy(nn.Module):
             at = response_mask.bool().nonzero(as_tuple=True)
             logp, entropy = response_head_logp(hidden[at], head.weight, response_ids[at], temperature=temperature,
                                                with_entropy=bool(return_entropy))
+
         def scatter(values: Tensor) -> Tensor:
             return values.new_zeros(response_ids.shape, dtype=torch.float32).index_put(at, values.float())
 

@@ -116,9 +116,10 @@ class Rollout(Settings):
     compile_decode: bool = False
     """Run polo's sampler's one-token decode steps through ``torch.compile`` (``Policy.decode_step_model``): the
     compilation takes tens of seconds once per process, after which each decode step is cheaper; it pays back on
-    long completions and long runs only (docs/performance.md, "Compiled decode", has the break-even). Sampling
-    stays deterministic for a seed, but the compiled kernels round differently from the eager ones, so the
-    tokens drawn may differ from an uncompiled run's. Engines that generate elsewhere (vLLM) ignore it."""
+    long completions and long runs only (the break-even is in docs/performance.md, "Speed to the machine's limit
+    (issue #33)"). Sampling stays deterministic for a seed, but the compiled kernels round differently from the
+    eager ones, so the tokens drawn may differ from an uncompiled run's. Engines that generate elsewhere (vLLM)
+    ignore it."""
 
 
 class Kl(Settings):
