@@ -170,8 +170,8 @@ def step_share(settings, steps: int, size: str = "tiny", task: dict = ADDITION, 
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], regime=REGIME_OPTION)
-    if args.regime == "long":
-        regime = REGIMES["long"]
+    if args.regime != "short":
+        regime = REGIMES[args.regime]
         return step_share(regime.settings, 2 if args.quick else 3, regime.size, regime.task,
                           ("train.skip_zero_advantage_rows=false",))
     core_math([1024, 16384] if args.quick else [1024, 16384, 262144], 3 if args.quick else 7)
