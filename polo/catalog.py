@@ -82,12 +82,17 @@ def _names(value) -> list[str]:
 
 
 def recipe_rows() -> list[dict]:
-    """One row per shipped recipe: its components per stage, papers and weakest provenance."""
+    """One row per shipped recipe: its components per stage, papers and weakest provenance (of its components and of
+    the rewards it names that carry a paper: a method whose mechanism is a reward)."""
+    from polo.tasks.rewards import REWARDS
+
     rows = []
     for path in RUN_KINDS["lm"].recipes():
         tree = read_yaml_mapping(path, "a recipe")
         parts = {k: _names(tree.get(k, DEFAULTS.get(k))) for k in STAGE_KEYS}
         classes = [REGISTRIES[k].get(n) for k in REGISTRIES for n in parts[k] if n in REGISTRIES[k]]
+        rewards = [REWARDS.get(n) for n in _names(tree.get("rewards")) if n in REWARDS]
+        classes += [fn for fn in rewards if getattr(fn, "paper", "")]
         papers = sorted({c.paper for c in classes if c.paper})
         provenance = max((c.provenance for c in classes), key=PROVENANCE_ORDER.index, default="CODE")
         rows.append({"recipe": path.stem, "description": tree.get("description", ""), "parts": parts,

@@ -23,6 +23,15 @@ def test_every_recipe_cites_the_papers_of_its_components():
         assert all("arXiv" in p or "arXiv id not found" in p for p in row["papers"]), row
 
 
+def test_a_method_whose_mechanism_is_a_reward_cites_its_paper():
+    """Con-GRPO's consistency term is the reward ``think_consistency`` (the rule judge), not a component: its row
+    names MedAD-R1 and the reconstruction's provenance; GRPO's row names no reward's paper."""
+    rows = {row["recipe"]: row for row in recipe_rows()}
+    assert any("MedAD-R1" in p and "2602.01081" in p for p in rows["con_grpo"]["papers"])
+    assert rows["con_grpo"]["provenance"] == "RECONSTRUCTED"
+    assert not any("MedAD-R1" in p for p in rows["grpo"]["papers"])
+
+
 def test_polo_list_prints_components_and_recipes(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out

@@ -71,12 +71,15 @@ RESERVED_COLUMNS = frozenset({"prompts", "completions", "completion_ids", "answe
 """Keyword arguments of every reward call, so no example column may have these names."""
 
 
-def register_reward(name: str, max_value: float = math.inf) -> Callable[[RewardFn], RewardFn]:
+def register_reward(name: str, max_value: float = math.inf, paper: str = "",
+                    provenance: str = "CODE") -> Callable[[RewardFn], RewardFn]:
     """Decorator registering a TRL-signature reward function under ``name``; ``max_value`` is the largest
-    value it returns (``inf``: unbounded or unknown), read by estimators that need the reward's range."""
+    value it returns (``inf``: unbounded or unknown), read by estimators that need the reward's range. A reward
+    that is a method's own mechanism names its ``paper`` and ``provenance`` (as components do: polo.core.registry),
+    so the recipes that use it list that paper (``polo list``, docs/algorithms.md)."""
 
     def decorator(fn: RewardFn) -> RewardFn:
-        fn.max_value = float(max_value)
+        fn.max_value, fn.paper, fn.provenance = float(max_value), paper, provenance
         return REWARDS.register(name)(fn)
 
     return decorator

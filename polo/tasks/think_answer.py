@@ -63,7 +63,9 @@ def think_answer_format(prompts: list, completions: list, **kwargs) -> list[floa
     return [float(think_and_answer(t) is not None) for t in completion_texts(completions)]
 
 
-@register_reward("think_consistency", max_value=1.0)
+@register_reward("think_consistency", max_value=1.0, provenance="RECONSTRUCTED",
+                 paper="MedAD-R1: Eliciting Consistent Reasoning in Interpretible Medical Anomaly Detection via "
+                       "Consistency-Reinforced Policy Optimization (arXiv:2602.01081)")
 def think_consistency(prompts: list, completions: list, **kwargs) -> list[float]:
     """1.0 for a well-formed completion whose reasoning's last number is its answer, else 0.0."""
     return [consistent(t) for t in completion_texts(completions)]
