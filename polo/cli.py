@@ -135,7 +135,12 @@ def cmd_rm_eval(args) -> int:
                                     resamples=args.resamples, seed=args.seed, batch_size=args.batch_size,
                                     device=args.device, log=_log)
     for name, corr in (result["downstream"] or {}).items():
-        _log(f"downstream {name}: Pearson {corr['pearson']:.4f}, Spearman {corr['spearman']:.4f}")
+        if corr["pearson"] is None:  # 2 reward models: their order, not a correlation (±1 by construction)
+            order = {True: "agrees with", False: "is opposite to", None: "ties in"}[corr["same_order"]]
+            _log(f"downstream {name}: over 2 reward models its order {order} their accuracies' (a correlation would "
+                 f"be ±1 by construction; give 3 or more --rm for one)")
+        else:
+            _log(f"downstream {name}: Pearson {corr['pearson']:.4f}, Spearman {corr['spearman']:.4f}")
     print(json.dumps(result, indent=2))
     return 0
 

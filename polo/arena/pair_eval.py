@@ -128,13 +128,19 @@ def evaluate_scorer(scorer: PairScorer, pairs: Sequence[Example], ties: float = 
 
 def downstream_validity(accuracies: Sequence[float], downstream: Mapping[str, Sequence[float]]) -> dict[str, dict]:
     """Per downstream measure (one score per reward model, in the order of ``accuracies``): the ``pearson`` and
-    ``spearman`` correlation with the accuracies."""
+    ``spearman`` correlation with the accuracies, from 3 reward models on. Over 2 a correlation is ±1 by
+    construction (two points lie on a line), so both are None and ``same_order`` says whether the more accurate
+    reward model also scores higher downstream (None on a tie)."""
     out = {}
     for name, values in downstream.items():
         if len(values) != len(accuracies) or len(values) < 2:
             raise ConfigError(f"downstream {name!r}: {len(values)} values for {len(accuracies)} reward models; "
                               f"expected one per reward model, and at least 2 reward models")
-        out[name] = {"pearson": pearson(accuracies, values), "spearman": spearman(accuracies, values)}
+        if len(values) == 2:
+            product = (accuracies[1] - accuracies[0]) * (values[1] - values[0])
+            out[name] = {"pearson": None, "spearman": None, "same_order": None if product == 0 else product > 0}
+        else:
+            out[name] = {"pearson": pearson(accuracies, values), "spearman": spearman(accuracies, values)}
     return out
 
 

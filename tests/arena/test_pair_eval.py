@@ -54,6 +54,13 @@ def test_worked_example_correlations_across_reward_models():
         downstream_validity(accuracies, {"bon": [0.4, 0.5]})
 
 
+def test_two_reward_models_give_an_order_not_a_correlation():
+    """Two points always correlate ±1: over 2 reward models the report says whether the orders agree instead."""
+    got = downstream_validity([0.62, 0.70], {"bon": [0.41, 0.47], "ppo": [0.60, 0.53], "flat": [0.5, 0.5]})
+    assert got["bon"] == {"pearson": None, "spearman": None, "same_order": True}
+    assert got["ppo"]["same_order"] is False and got["flat"]["same_order"] is None
+
+
 def test_pearson_and_spearman_edge_cases():
     assert average_ranks([3.0, 1.0, 3.0, 2.0]).tolist() == [3.5, 1.0, 3.5, 2.0]  # ties share their mean rank
     assert spearman([1, 2, 3, 4], [10, 20, 20, 30]) == pytest.approx(pearson([1, 2, 3, 4], [1, 2.5, 2.5, 4]))
