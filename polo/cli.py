@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ties", choices=("strict", "half"), default="strict",
                    help="a tie counts 0 (strict, default) or 0.5 (half)")
     p.add_argument("--template", help="how the rubric is put ahead of the prompt, with {rubric} and {prompt} "
-                                      "(default: polo.arena.pair_eval.RUBRIC_TEMPLATE)")
+                                      "(default: polo.tasks.preferences.RUBRIC_TEMPLATE)")
     p.add_argument("--downstream", action="append", default=[], metavar="NAME=V1,V2,...",
                    help="a downstream score per --rm (in order): Pearson and Spearman with the accuracies")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of the 95%% interval")

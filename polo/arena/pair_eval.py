@@ -32,35 +32,15 @@ from polo.arena.stats import bootstrap_ci, pearson, spearman
 from polo.core.registry import ConfigError
 from polo.policy.reward_model import RewardModel, pair_outcomes
 from polo.tasks.base import Example
-from polo.tasks.preferences import read_pairs
+from polo.tasks.preferences import RUBRIC_TEMPLATE, check_template, condition, read_pairs
 from polo.train.reward_model import both_sides
 
-RUBRIC_TEMPLATE = "User preferences:\n{rubric}\n\n{prompt}"
-"""How a rubric is put ahead of the prompt (``{rubric}``, ``{prompt}``)."""
 RESAMPLES = 1000
 NO_DOMAIN = "(none)"
 
 
 class PairScorer(Protocol):
     def score(self, rubric: str | None, prompt: str, response: str) -> float: ...
-
-
-def condition(template: str, rubric: str | None, prompt: str) -> str:
-    """The prompt a scorer reads: ``template`` filled with the rubric and the prompt, the prompt alone without a
-    rubric."""
-    return template.format(rubric=rubric, prompt=prompt) if rubric else prompt
-
-
-def check_template(template: str) -> str:
-    """``template`` if it fills with exactly ``{rubric}`` and ``{prompt}``, else a ConfigError."""
-    try:
-        filled = template.format(rubric="\0R", prompt="\0P")
-    except (KeyError, IndexError, ValueError) as err:
-        raise ConfigError(f"rubric template {template!r}: only the fields {{rubric}} and {{prompt}} may appear "
-                          f"(double other braces), got {type(err).__name__}: {err}") from None
-    if "\0R" not in filled or "\0P" not in filled:
-        raise ConfigError(f"rubric template {template!r} must contain both {{rubric}} and {{prompt}}")
-    return template
 
 
 class RewardModelScorer:

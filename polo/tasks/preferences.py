@@ -24,6 +24,7 @@ default 0.0, for the rejected text; None for any other), the default without a v
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,34 @@ def read_pairs(path: str | Path) -> list[Example]:
     for row, where in read_pair_rows(path, "train"):
         pairs.append(pair_example(row, where, set(pairs[0].columns) if pairs else None))
     return pairs
+
+
+RUBRIC_TEMPLATE = "User preferences:\n{rubric}\n\n{prompt}"
+"""How a pair's ``user_rubric`` is put ahead of its prompt (``{rubric}``, ``{prompt}``), for ``polo rm`` and
+``polo rm-eval`` alike."""
+
+
+def condition(template: str, rubric: str | None, prompt: str) -> str:
+    """The prompt a scorer reads: ``template`` filled with the rubric and the prompt, the prompt alone without a
+    rubric."""
+    return template.format(rubric=rubric, prompt=prompt) if rubric else prompt
+
+
+def check_template(template: str) -> str:
+    """``template`` if it fills with exactly ``{rubric}`` and ``{prompt}``, else a ConfigError."""
+    try:
+        filled = template.format(rubric="\0R", prompt="\0P")
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigError(f"rubric template {template!r}: only the fields {{rubric}} and {{prompt}} may appear "
+                          f"(double other braces), got {type(err).__name__}: {err}") from None
+    if "\0R" not in filled or "\0P" not in filled:
+        raise ConfigError(f"rubric template {template!r} must contain both {{rubric}} and {{prompt}}")
+    return template
+
+
+def rubric_conditioned(pairs: list[Example], template: str = RUBRIC_TEMPLATE) -> list[Example]:
+    """The pairs with each prompt conditioned on its ``user_rubric`` (``condition``); pairs without one as they are."""
+    return [replace(e, prompt=condition(template, e.columns.get("user_rubric"), e.prompt)) for e in pairs]
 
 
 def responses(pairs: list[Example]) -> tuple[list[str], list[str]]:

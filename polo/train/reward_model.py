@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from torch import Tensor
 
 from polo.core.registry import ConfigError, Settings
@@ -38,7 +38,8 @@ from polo.policy.policy import resolve_device
 from polo.policy.reward_model import RM_INFO, RewardModel, pair_outcomes
 from polo.policy.tiny import TinyModelConfig
 from polo.tasks.base import Example, split_of
-from polo.tasks.preferences import read_pairs, responses, score_gaps
+from polo.tasks.preferences import (RUBRIC_TEMPLATE, check_template, read_pairs, responses, rubric_conditioned,
+                                    score_gaps)
 from polo.train.config import parse_overrides, validation_message
 from polo.train.files import check_replaceable_dir, install_dir, temporary_dir
 from polo.train.metrics import MetricsLog
@@ -78,6 +79,9 @@ class RewardModelSettings(Settings):
     """Coefficient ``η`` of the centring penalty ``(r_w + r_l)²``; 0 turns it off."""
     eval_fraction: float = Field(0.1, ge=0, lt=1)
     """Held-out share of the pairs, by prompt hash, when no ``eval_pairs`` file is given (0: no held-out set)."""
+    rubric_template: str = RUBRIC_TEMPLATE
+    """How a pair's ``user_rubric`` column is put ahead of its prompt (``{rubric}``, ``{prompt}``) for the reward
+    model to read; pairs without one are read as they are. ``polo rm-eval`` scores with the same default."""
     eval_batch_size: int = Field(64, gt=0)
     """Texts per no-grad forward when scoring the held-out pairs."""
     log_every: int = Field(10, gt=0)
@@ -88,6 +92,11 @@ class RewardModelSettings(Settings):
     """Torch device of the model (``cuda``, ``cuda:1``, ...)."""
     threads: int | None = Field(None, gt=0)
     """Torch intra-op threads (None: torch's default)."""
+
+    @field_validator("rubric_template")
+    @classmethod
+    def _fills_rubric_and_prompt(cls, value: str) -> str:
+        return check_template(value)
 
 
 def load_settings(overrides: list[str] = (), **given: Any) -> RewardModelSettings:
@@ -185,7 +194,8 @@ def train_reward_model(pairs_path: str | Path, out: str | Path, settings: Reward
     if settings.threads:
         torch.set_num_threads(settings.threads)
     train, held = split_pairs(read_pairs(pairs_path), read_pairs(eval_path) if eval_path else None,
-                              settings.eval_fraction, str(pairs_path))
+                              settings.eval_fraction, str(pairs_path))  # split by the prompt alone
+    train, held = (rubric_conditioned(part, settings.rubric_template) for part in (train, held))
     rm = build_reward_model(settings, train + held)
     rm.token_ids(*both_sides(train + held))  # every text fits the context: checked before training
     log(f"reward model: {sum(p.numel() for p in rm.parameters()):,} parameters, {len(train)} training and "

@@ -14,7 +14,7 @@ from polo.policy.reward_model import RM_INFO, RewardModel
 from polo.tasks.addition import Addition
 from polo.tasks.base import Example
 from polo.train.metrics import read_metrics
-from polo.tasks.preferences import read_pairs
+from polo.tasks.preferences import read_pairs, rubric_conditioned
 from polo.train.reward_model import (bradley_terry_loss, evaluate_pairs, load_settings, score_margins,
                                      split_pairs, train_reward_model)
 
@@ -151,3 +151,22 @@ def test_polo_rm_and_rm_eval_run_end_to_end(tmp_path, capsys):
     assert main(["rm-eval", str(rubric_pairs), "--rm", str(out), "--downstream", "bon=0.1,0.2"]) == 2
     assert main(["rm-eval", str(rubric_pairs), "--rm", str(out), "--rm", str(out)]) == 2
     assert main(["rm-eval", str(rubric_pairs), "--rm", str(out), "--template", "{prompt}"]) == 2
+
+
+def test_polo_rm_reads_the_user_rubric(tmp_path):
+    """Each prompt twice, with opposite preferences that only its ``user_rubric`` decides ("short" prefers "x",
+    "long" prefers "xxxxxxxx"). ``polo rm`` puts the rubric ahead of the prompt (``rubric_template``), so the
+    held-out pairs are learnt (seed 0: 1.0); read without their rubrics, the two pairs of a prompt are the same
+    texts with opposite labels, so the same model is right on exactly one of them: 0.5."""
+    rows = [{"prompt": f"{i}+{i % 5}=", "user_rubric": rubric, "chosen": chosen, "rejected": rejected}
+            for i in range(40) for rubric, chosen, rejected in (("short", "x", "xxxxxxxx"), ("long", "xxxxxxxx", "x"))]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    settings = load_settings([*SMALL, "lr=3e-3", "batch_size=16", "epochs=12", "seed=0", "eval_fraction=0.25"])
+    result = train_reward_model(path, tmp_path / "rm", settings, log=lambda line: None)
+    assert result["eval/accuracy"] >= 0.9
+    train, held = split_pairs(read_pairs(path), None, 0.25, str(path))
+    assert evaluate_pairs(RewardModel.load(tmp_path / "rm"), held, 64)["accuracy"] == pytest.approx(0.5)
+    assert rubric_conditioned(held[:1])[0].prompt == f"User preferences:\nshort\n\n{held[0].prompt}"
+    with pytest.raises(ConfigError, match="must contain both"):
+        load_settings(rubric_template="{prompt} alone")
