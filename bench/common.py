@@ -341,6 +341,19 @@ def paired_ratio(num: list[float], den: list[float]) -> float:
     return median([a / b for a, b in zip(num, den)])
 
 
+def case_table(doc: str, cases: list[tuple], run_case: Callable[..., list], title: str, header: list[str],
+               quick: Callable[[list], list] = lambda cases: cases[:2]) -> None:
+    """A component benchmark's main: ``--quick`` (``quick(cases)``, 2 repetitions) and ``--reps`` (default 5);
+    ``run_case(*case, reps)`` gives each table row (printed as it comes); ``title`` may use ``{reps}``."""
+    args = parse_args(doc.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
+    reps = args.reps or (2 if args.quick else 5)
+    rows = []
+    for case in quick(cases) if args.quick else cases:
+        rows.append(run_case(*case, reps))
+        print(f"  {rows[-1]}", flush=True)
+    print_table(title.format(reps=reps), header, rows)
+
+
 def print_table(title: str, header: list[str], rows: list[list]) -> None:
     cells = [[f"{c:.3g}" if isinstance(c, float) else str(c) for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]

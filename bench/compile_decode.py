@@ -16,7 +16,7 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="polo-inductor-"
 
 import torch  # noqa: E402
 
-from common import build_model, interleaved, median, paired_ratio, parse_args, print_table, random_prompts, timed  # noqa: E402
+from common import build_model, case_table, interleaved, median, paired_ratio, random_prompts, timed  # noqa: E402
 from polo.engines.sampler import sample  # noqa: E402
 from polo.policy.policy import Policy  # noqa: E402
 
@@ -48,15 +48,9 @@ def run_case(size: str, rows: int, prompt: int, new: int, eos_prob: float, reps:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
-    reps = args.reps or (2 if args.quick else 5)
-    rows = []
-    for case in CASES[:2] if args.quick else CASES:
-        rows.append(run_case(*case, reps))
-        print(f"  {rows[-1]}", flush=True)
-    print_table(f"compiled decode vs eager, polo's sampler, seconds per call (medians of {reps})",
-                ["model", "rows", "new tokens", "eager s", "compiled s", "eager / compiled", "first compiled call s",
-                 "break-even calls", "same token count"], rows)
+    case_table(__doc__, CASES, run_case, "compiled decode vs eager, polo's sampler, seconds per call (medians of {reps})",
+               ["model", "rows", "new tokens", "eager s", "compiled s", "eager / compiled", "first compiled call s",
+                "break-even calls", "same token count"])
 
 
 if __name__ == "__main__":

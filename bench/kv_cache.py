@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from common import build_model, interleaved, median, paired_ratio, parse_args, print_table, random_prompts
+from common import build_model, case_table, interleaved, median, paired_ratio, random_prompts
 from polo.engines.sampler import sample
 from polo.policy import kv_cache, prefix
 from polo.policy.policy import Policy
@@ -47,15 +47,9 @@ def run_case(size: str, new: int, eos_prob: float, reps: int) -> list:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
-    reps = args.reps or (2 if args.quick else 5)
-    rows = []
-    for case in CASES[:2] if args.quick else CASES:
-        rows.append(run_case(*case, reps))
-        print(f"  {rows[-1]}", flush=True)
-    print_table(f"sampler, 32 rows: DynamicCache vs the reserved cache, seconds per call (medians of {reps})",
-                ["model", "lengths", "DynamicCache s", "reserved s", "DynamicCache / reserved", "identical outputs"],
-                rows)
+    case_table(__doc__, CASES, run_case,
+               "sampler, 32 rows: DynamicCache vs the reserved cache, seconds per call (medians of {reps})",
+               ["model", "lengths", "DynamicCache s", "reserved s", "DynamicCache / reserved", "identical outputs"])
 
 
 if __name__ == "__main__":

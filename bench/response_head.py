@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from common import build_model, interleaved, median, paired_ratio, parse_args, print_table, random_prompts
+from common import build_model, case_table, interleaved, median, paired_ratio, random_prompts
 from polo.policy.policy import Policy
 
 CASES = [("base", 128), ("base", 256), ("wide", 128), ("wide", 256)]
@@ -51,15 +51,9 @@ def run_case(size: str, cap: int, reps: int) -> list:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], reps={"type": int, "default": None, "help": "timed repetitions"})
-    reps = args.reps or (2 if args.quick else 5)
-    results = []
-    for case in CASES[::2] if args.quick else CASES:
-        results.append(run_case(*case, reps))
-        print(f"  {results[-1]}", flush=True)
-    print_table(f"update forward + backward, 32 rows, seconds (medians of {reps})",
-                ["model", "vocab", "cap", "response tokens", "model's logits s", "response head s",
-                 "model's / head", "[B, T, V] float32 MB not kept"], results)
+    case_table(__doc__, CASES, run_case, "update forward + backward, 32 rows, seconds (medians of {reps})",
+               ["model", "vocab", "cap", "response tokens", "model's logits s", "response head s", "model's / head",
+                "[B, T, V] float32 MB not kept"], quick=lambda cases: cases[::2])
 
 
 if __name__ == "__main__":
