@@ -34,8 +34,22 @@ def test_cross_rollout_advantages():
     est._probe = {"mean": torch.zeros(5, dtype=torch.float64), "scale": torch.ones(5, dtype=torch.float64),
                   "projection": torch.eye(5, dtype=torch.float64), "bias": torch.tensor(0.0, dtype=torch.float64),
                   "weight": torch.tensor([0, 1.0, 0, 0, 0], dtype=torch.float64)}
+    est._y = torch.tensor([0.0, 1.0], dtype=torch.float64)  # the buffer's rewards: predictions clipped to [0, 1]
     batch = poise_batch([1.0, 0.0, 0.0, 0.0], [0, 0, 1, 1], [0.62, 0.48, 0.15, 0.22])
     close(est(batch).advantages[:, 0], [0.5200, -0.6200, -0.2200, -0.1500])
+
+
+def test_predictions_are_clipped_to_the_buffers_reward_range():
+    """The built-in task's reward reaches 1.5 (correct + 0.5 digit_match): a probe fitted on rewards in {0, 1.5}
+    predicts up to 1.5 (a [0, 1] clip would cap a sure success's baseline at 1.0), and never beyond."""
+    est = POISEProbe(min_examples=4, pca_prompt=None, pca_response=None, ridge_alpha=1e-6)
+    batch = poise_batch([0.0, 1.5, 0.0, 1.5], [0, 0, 1, 1], [0.0, 1.0, 0.0, 1.0])
+    est.after_update(batch, CONTEXT)
+    assert est.reward_range() == (0.0, 1.5)
+    close(est(batch).advantages[:, 0], [0.0, 0.0, 0.0, 0.0], atol=1e-4)  # b = g(φ_partner) = 1.5 − 1.5 φ_partner
+    # features beyond anything seen: g = 4.5 at φ = −2 and −3 at φ = 3, clipped to 1.5 and 0
+    far = poise_batch([1.5, 1.5, 0.0, 0.0], [0, 0, 1, 1], [-2.0, -2.0, 3.0, 3.0])
+    close(est(far).advantages[:, 0], [0.0, 0.0, 0.0, 0.0], atol=1e-4)
 
 
 def test_probe_fit():

@@ -46,7 +46,8 @@ class POISEProbe(AdvantageEstimator):
     features describe the reasoning, not the answer that the reward scores.
 
     Probe g: standard scaler → PCA (``pca_prompt`` / ``pca_response`` dims per block, None: off) → ridge
-    (α = ``ridge_alpha``, unpenalized intercept), predictions clipped to [0, 1].
+    (α = ``ridge_alpha``, unpenalized intercept), predictions clipped to the range of the rewards it was fitted on
+    (the paper's [0, 1] for a success reward; [0, 1.5] for the built-in task's ``correct`` + 0.5 ``digit_match``).
     Baselines: ``b¹ = g(φ²)``, ``b² = g(φ¹)``; ``A^i = R^i − b^i`` (no normalization). Each rollout's baseline
     comes from the other, independent rollout, so it does not depend on the rollout it is subtracted from and
     the gradient stays unbiased. Cold start (our choice): ``b^i = R^{j≠i}`` (RLOO, G = 2) until the probe is
@@ -96,7 +97,7 @@ class POISEProbe(AdvantageEstimator):
         if self._probe is None:
             baseline = reward[partner]
         else:
-            baseline = predict_probe(self._probe, self.features(batch).cpu()).to(mask)[partner]
+            baseline = predict_probe(self._probe, self.features(batch).cpu(), *self.reward_range()).to(mask)[partner]
         return AdvantageResult((reward - baseline)[:, None] * mask)
 
     def after_update(self, batch: RolloutBatch, context) -> dict[str, float]:
@@ -109,8 +110,13 @@ class POISEProbe(AdvantageEstimator):
             d = (x.shape[1] - 3) // 2
             blocks = [(0, d, self.pca_prompt), (d, 2 * d, self.pca_response), (2 * d, 2 * d + 3, None)]
             self._probe = fit_probe(self._x, self._y, self.ridge_alpha, blocks)
-            metrics["poise/probe_mse"] = float(((predict_probe(self._probe, self._x) - self._y) ** 2).mean())
+            fitted = predict_probe(self._probe, self._x, *self.reward_range())
+            metrics["poise/probe_mse"] = float(((fitted - self._y) ** 2).mean())
         return metrics
+
+    def reward_range(self) -> tuple[float, float]:
+        """``(min, max)`` of the rewards in the probe's buffer: its predictions are clipped to them."""
+        return float(self._y.min()), float(self._y.max())
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
