@@ -2,7 +2,7 @@
 token-by-token decoding with a KV cache reserved for the whole decode and written in place (polo.policy.kv_cache).
 
 Rows that emit a stop token are dropped from the model's batch and KV cache in groups (moved to the front of the
-cache's buffers, no new allocation), so the work per step shrinks with the number of unfinished rows; the loop
+cache's buffers, which stay), so the work per step shrinks with the number of unfinished rows; the loop
 ends when every row has finished. ``rollout.compile_decode`` runs the one-token steps through ``torch.compile``
 (``Policy.decode_step_model``).
 """

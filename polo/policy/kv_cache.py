@@ -5,7 +5,7 @@ decoded token (quadratic in the length: at 32 rows × 128 tokens of the base mod
 much as the attention itself). ``ReservedLayer`` allocates ``[rows, heads, capacity, head_dim]`` once, writes
 each step's keys and values into the next free positions and hands attention views of the filled prefix
 (``buffer[:rows, :, :length]``: strided views, which SDPA reads without copying). Finished rows leave by moving
-the kept rows to the front of the same buffer (no new allocation). A decode that outgrows the reservation
+the kept rows to the front of the same buffers (gathered through a temporary; the buffers stay). A decode that outgrows the reservation
 doubles it (one copy). The values attention sees are the ones ``cat`` would give, position for position, so
 decoding is unchanged bit for bit.
 """
@@ -27,14 +27,14 @@ class ReservedLayer(DynamicLayer):
         self.key_store = self.value_store = None
 
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
+        """Buffers for the first update's rows and positions plus ``reserve`` positions."""
+        self.dtype, self.device, self.rows = key_states.dtype, key_states.device, key_states.shape[0]
+        self._allocate(key_states.shape[2] + self.reserve, key_states, value_states)
         self.is_initialized = True
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-            self.rows = key_states.shape[0]
-            self._allocate(key_states.shape[2] + self.reserve, key_states, value_states)
         q = key_states.shape[2]
         if self.length + q > self.key_store.shape[2]:
             self._allocate(2 * (self.length + q), key_states, value_states)
