@@ -53,13 +53,18 @@ def first_sentence(doc: str | None) -> str:
 def task_lines() -> list[str]:
     """Each registered task: the first sentence of its docstring, then its options (``key=default``; a required
     one by its name alone)."""
+    from polo.config_reference import show
     from polo.tasks import TASKS, Task
+
+    def default(value: object) -> object:  # a separator "\n" on one line, as a recipe writes it
+        return show(value) if isinstance(value, str) and not value.isprintable() else value
 
     lines = []
     for name, cls in TASKS:
         fields = sorted(cls.model_fields.items(), key=lambda item: item[0] in Task.model_fields)  # its own first
-        options = ", ".join(key if info.is_required() else f"{key}={info.get_default(call_default_factory=True)}"
-                            for key, info in fields)
+        options = ", ".join(
+            key if info.is_required() else f"{key}={default(info.get_default(call_default_factory=True))}"
+            for key, info in fields)
         lines += [f"  {name:<26}{first_sentence(cls.__doc__)}", f"  {'':<26}options: {options}"]
     return lines
 

@@ -83,9 +83,9 @@ DATA = {
     "columns differ": (b'{"prompt": "a", "answer": "b"}\n{"prompt": "c", "answer": "d", "x": 1}\n', ":2"),
     "row too large": (b'{"prompt": "' + b"a" * 1_100_000 + b'", "answer": "b"}\n', "limited to"),
     "answers beyond the context": (b"".join(b'{"prompt": "q%d", "answer": "%s"}\n' % (i, b"7" * 2000) for i in range(9)),
-                                   "plus 2001 new tokens"),
+                                   "+ 2001 new tokens"),
     "prompts beyond the context": (b"".join(b'{"prompt": "%s%d", "answer": "1"}\n' % (b"p" * 100, i) for i in range(9)),
-                                   "the longest prompt (102 tokens"),
+                                   "the longest prompt (training and held-out examples) is 102 tokens"),
 }
 
 HEAD = "name: a\nseeds: [0]\nbudget: {steps: 1}\n"

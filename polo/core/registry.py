@@ -70,6 +70,11 @@ class Component(Settings):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
 
+    def model_prompts(self, key: str, query) -> list:
+        """The ``polo.core.model_prompts.ModelPrompts`` this component (recipe key ``key``) has a model read for
+        ``query`` (a ``PromptQuery``) besides the task's prompts, for the context check; none here."""
+        return []
+
     def check_with(self, components: dict[str, Any]) -> None:
         """Raise a ValueError when this component cannot work with the run's other ``components`` (checked when
         the recipe is validated, before any model is built)."""

@@ -80,8 +80,8 @@ def group_reward_spread(reward: Tensor, group: Tensor) -> Tensor:
     """max − min of the scalar reward within each group, ``[num_groups]``."""
     _, index = torch.unique(group, return_inverse=True)
     n = int(index.max()) + 1
-    high = torch.full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
-    low = torch.full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
+    high = reward.new_full((n,), -torch.inf).scatter_reduce(0, index, reward, "amax")
+    low = reward.new_full((n,), torch.inf).scatter_reduce(0, index, reward, "amin")
     return high - low
 
 

@@ -14,3 +14,11 @@ def check_template(template: str, fields: tuple[str, ...]) -> str:
     if missing:
         raise ValueError(f"template {template!r} lacks the field(s) {', '.join(missing)}")
     return template
+
+
+def render(template: str, example, completion: str) -> str:
+    """A judge's text: ``template`` with the example's ``{prompt}``, ``{answer}`` and ``{rubric}`` (its ``rubric``
+    column, empty when it has none) and the ``{response}`` filled in."""
+    rubric = example.columns.get("rubric")
+    return template.format(prompt=example.prompt, response=completion, answer=example.answer,
+                           rubric="" if rubric is None else str(rubric))

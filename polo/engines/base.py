@@ -145,9 +145,15 @@ class Engine(Component):
 
     def generate(self, policy, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, **sampling) -> SampleOutput:
         """Completions of left-padded prompts (``sampling``: ``polo.engines.sampler.sample``'s keywords), from
-        polo's sampler or from vLLM (built on first use from the policy's current weights)."""
+        polo's sampler or from vLLM (built on first use from the policy's current weights); the task's tool, if it
+        declares one, runs during polo's sampling (polo.engines.tool_use)."""
+        tool = self._setup.task.tool() if self._setup is not None else None
+        if tool is not None and self.vllm is not None:
+            raise ConfigError(f"engine {self.registry_name!r}: task {self._setup.task.name!r} runs its tool during "
+                              f"generation, which vLLM decoding does not do: drop engine.vllm or turn the task's "
+                              f"tool off")
         if self.vllm is None:
-            return sample(policy, prompt_ids, prompt_mask, **sampling)
+            return sample(policy, prompt_ids, prompt_mask, tool=tool, **sampling)
         if sampling.pop("inputs", None):
             raise ConfigError(f"engine {self.registry_name!r}: vLLM decoding takes token prompts only, but this policy "
                               f"kind's prompts carry {', '.join(policy.input_names)}: drop engine.vllm")

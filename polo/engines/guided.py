@@ -22,20 +22,38 @@ marks the demonstration anchors, 0 elsewhere). Metrics:
 from __future__ import annotations
 
 import math
+import random
 from typing import Literal
 
 import torch
 from pydantic import Field
 
 from polo.core.batch import concat_batches
+from polo.core.model_prompts import ModelPrompts
 from polo.engines.base import ENGINES, Rollouts, scored
 from polo.engines.single_turn import SingleTurn
-from polo.tasks.base import Example, reprompt
+from polo.tasks.base import Example, Task, reprompt
 
 
 def revealed(text: str, fraction: float) -> str:
     """The first ``⌈fraction·len⌉`` characters of ``text``."""
     return text[: math.ceil(fraction * len(text))]
+
+
+def written_guide(task: Task, example: Example, source: str) -> str:
+    """The full hint of a source that needs no model: the example's ``rationale`` column (its demonstration when it
+    has none) for ``rationale``, its demonstration for ``answer``."""
+    if source == "rationale":
+        return str(example.columns.get("rationale", task.demonstration(example)))
+    if source == "answer":
+        return task.demonstration(example)
+    raise ValueError(f"source {source!r} has no written hint; expected 'rationale' or 'answer'")
+
+
+def hint_engine(engine: object) -> bool:
+    """Whether ``engine`` samples under written hints that a warm start can show (``warm_start.hinted``): the
+    ``guided`` engine generating from the ``answer`` or ``rationale`` source."""
+    return isinstance(engine, Guided) and engine.inject == "generate" and engine.source != "teacher"
 
 
 @ENGINES.register("guided")
@@ -108,16 +126,49 @@ class Guided(SingleTurn):
 
     def guides(self, policy, examples: list[Example]) -> list[str]:
         """The full hint text of each example."""
-        task = self.settings.task
-        if self.source == "rationale":
-            return [str(e.columns.get("rationale", task.demonstration(e))) for e in examples]
-        if self.source == "answer":
-            return [task.demonstration(e) for e in examples]
+        if self.source != "teacher":
+            return [written_guide(self.settings.task, e, self.source) for e in examples]
         teacher = self.settings.models["teacher"]
-        asks = [self.teacher_template.format(prompt=e.prompt, answer=e.answer) for e in examples]
-        ids, mask = teacher.encode_prompts(asks)
+        ids, mask = teacher.encode_prompts(self.teacher_asks(examples))
         out = self.generate(teacher, ids, mask, max_new_tokens=self.hint_tokens, greedy=True)
         return teacher.decode(out.response_ids, out.response_mask)
+
+    def hinted(self, example: Example, guide: str, level: float) -> Example:
+        """``example`` under the guided prompt (``template``) with the first ``level`` of ``guide`` revealed."""
+        return reprompt(example, self.template, guide=revealed(guide, level))
+
+    def teacher_asks(self, examples: list[Example]) -> list[str]:
+        """What the teacher reads to write each example's hint (``teacher_template``)."""
+        return [self.teacher_template.format(prompt=e.prompt, answer=e.answer) for e in examples]
+
+    def model_prompts(self, key: str, query) -> list[ModelPrompts]:
+        """The hinted prompts at the largest level, each followed by a response; with ``source: teacher``, the
+        teacher's requests followed by the hint it writes, and the prompts filled with such a hint."""
+        if self.inject == "demonstration":
+            return []
+        label, response = f"{key}.{self.registry_name}", (query.max_new, "response tokens")
+        if self.source != "teacher":
+            hinted = [self.hinted(e, written_guide(query.task, e, self.source), max(self.levels))
+                      for e in query.examples]
+            return [ModelPrompts(label, "the hinted prompt", f"{key}.template with the {self.source}",
+                                 "shorten the template", hinted, [response])]
+        hint = (self.hint_tokens, f"hint tokens ({key}.hint_tokens)")
+        return [ModelPrompts(label, "the teacher's hint request", f"{key}.teacher_template", "shorten the template",
+                             self.teacher_asks(query.examples), [hint]),
+                ModelPrompts(label, "the hinted prompt", f"{key}.template with the teacher's hint",
+                             "shorten the template", [self.hinted(e, "", 1.0) for e in query.examples],
+                             [hint, response])]
+
+    def hinted_demonstrations(self, task: Task, examples: list[Example], share: float,
+                              rng: random.Random) -> list[Example]:
+        """``examples`` with a ``share`` of them (drawn by ``rng``) under the guided prompt with their whole written
+        hint (``source``, the largest of ``levels``): the supervised warm start's hinted demonstrations
+        (``warm_start.hinted``), so the built-in model learns to read a hint as an LLM can. Partial hints are not
+        shown: on addition, demonstrations under half-revealed answers kept the warm start's plain held-out accuracy
+        near 0.1 for 1000 steps (seeds 0 and 1), where whole ones reached its 0.35 target in 430."""
+        level = max(self.levels)
+        return [self.hinted(e, written_guide(task, e, self.source), level) if rng.random() < share else e
+                for e in examples]
 
     def guided_samples(self, policy, examples, prompt_index, triggered, reward, generator):
         """Sample under hinted prompts, level by level and try by try, for the triggered groups still without an
@@ -132,7 +183,7 @@ class Guided(SingleTurn):
                 if len(pending) == 0:
                     break
                 groups = pending.tolist()
-                asks = [reprompt(examples[g], self.template, guide=revealed(full[g], level)) for g in groups]
+                asks = [self.hinted(examples[g], full[g], level) for g in groups]
                 cand = self.sample_scored(policy, asks, [examples[g] for g in groups],
                                           [prompt_index[g] for g in groups], E, generator)
                 r, ok = cand.batch.scalar_reward().view(-1, E), cand.correct.view(-1, E)

@@ -14,6 +14,8 @@ from polo.policy.inputs import trim_left_padding
 from polo.policy.policy import Policy
 from polo.policy.sampling import SampleOutput
 from polo.policy.prefix import distinct_prompts
+from polo.engines.tool_use import ToolCalls
+from polo.tasks.base import Tool
 
 COMPACT_FRACTION = 8
 """Finished rows leave the batch once they are at least 1/COMPACT_FRACTION of it (selecting cache rows costs)."""
@@ -41,7 +43,8 @@ def _draw(z: Tensor, top_p: float, top_k: int, generator: torch.Generator | None
 def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_tokens: int,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, greedy: bool = False,
            generator: torch.Generator | None = None, return_entropy: bool = False,
-           return_hidden: bool = False, inputs: dict[str, Tensor] | None = None, **own) -> SampleOutput:
+           return_hidden: bool = False, inputs: dict[str, Tensor] | None = None, tool: Tool | None = None,
+           **own) -> SampleOutput:
     """Sample up to ``max_new_tokens`` per prompt; deterministic given ``generator``.
 
     ``temperature == 0`` means greedy (log-probs then use temperature 1). The logits come from
@@ -55,7 +58,13 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     ``inputs``: per-prompt model inputs besides the ids (``Policy.prompt_inputs``, e.g. images), given to the
     prefill; rows then do not share prefills. A policy with its own decoding (``Policy.own_sampler``, e.g. a
     diffusion LM) is sampled by it, with these keywords and the engine's own (``own``).
+
+    ``tool``: run during decoding (polo.engines.tool_use): each time a row's text ends with the tool's trigger, the
+    tool's reply is fed as the row's next tokens, with ``response_mask`` 0 and log-prob 0 (``tool_mask`` 1).
     """
+    if policy.own_sampler is not None and tool is not None:
+        raise ValueError(f"{type(policy).__name__} decodes with its own sampler, which cannot run the task's tool "
+                         f"(tools run in polo's causal-LM sampler)")
     if policy.own_sampler is not None:
         return policy.own_sampler(prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, temperature=temperature,
                                   top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
@@ -72,6 +81,7 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
     out_logp = torch.zeros(B, max_new_tokens, device=device)
     out_entropy = torch.zeros(B, max_new_tokens, device=device) if return_entropy else None
     length = torch.full((B,), max_new_tokens + 1, device=device)  # stays max_new_tokens + 1 without a stop token
+    calls = None if tool is None else ToolCalls(tool, policy, B, max_new_tokens, device)
 
     rows = torch.arange(B, device=device)  # original index of each row still in the model's batch
     alive = torch.ones(B, dtype=torch.bool, device=device)  # per row of the model's batch
@@ -91,14 +101,20 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         z = logits.float() if temperature == 1.0 else logits.float() / temperature
         z = z.log_softmax(-1)  # one normalization serves the draw and the token's log-prob
         token = z.argmax(-1) if greedy else _draw(z, top_p, top_k, generator)
+        sampled = alive
+        if calls is not None:  # rows owed a tool reply take its next token: not the policy's, no log-prob
+            token, forced = calls.force(rows, token, t)
+            sampled = alive if forced is None else alive & ~forced
         at = (slice(None), t) if len(rows) == B else (rows, t)  # before any compaction, rows == arange(B)
         out_ids[at] = token.masked_fill(~alive, policy.pad_token_id)
-        out_logp[at] = z.gather(-1, token[:, None]).squeeze(-1).masked_fill(~alive, 0.0)
+        out_logp[at] = z.gather(-1, token[:, None]).squeeze(-1).masked_fill(~sampled, 0.0)
         if out_entropy is not None:
-            out_entropy[at] = -(z.exp() * z.clamp_min(torch.finfo(z.dtype).min)).sum(-1).masked_fill(~alive, 0.0)
+            out_entropy[at] = -(z.exp() * z.clamp_min(torch.finfo(z.dtype).min)).sum(-1).masked_fill(~sampled, 0.0)
         steps = t + 1
 
-        stopped = alive & torch.isin(token, stop)
+        stopped = sampled & torch.isin(token, stop)
+        if calls is not None:
+            calls.after_step(rows, sampled & ~stopped, out_ids, steps)
         length[rows[stopped]] = t + 1
         alive &= ~stopped
         n_alive = int(alive.sum())
@@ -114,7 +130,8 @@ def sample(policy: Policy, prompt_ids: Tensor, prompt_mask: Tensor, *, max_new_t
         logits = decoder.step(inputs)
         next_position = next_position + 1
 
-    mask = torch.arange(steps, device=device) < length[:, None]
-    parts = (out_ids[:, :steps], mask.long(), out_logp[:, :steps], length > max_new_tokens,
-             None if out_entropy is None else out_entropy[:, :steps] * mask, hidden)
+    mask = (torch.arange(steps, device=device) < length[:, None]).long()
+    tool_mask = None if calls is None else calls.mask[:, :steps] * mask
+    parts = (out_ids[:, :steps], mask if tool_mask is None else mask - tool_mask, out_logp[:, :steps],
+             length > max_new_tokens, None if out_entropy is None else out_entropy[:, :steps] * mask, hidden, tool_mask)
     return SampleOutput(*(None if x is None else x.to(home) for x in parts))

@@ -13,7 +13,9 @@ from polo.tasks.base import Example
 class SingleTurn(Engine):
     """One prompt, one completion per sample: prompts encoded (chat template when the policy uses one),
     ``samples_per_prompt`` completions each (consecutive rows form a group), decoded and scored. Prompts that
-    carry model inputs (a vision policy's images) carry them into the batch's extras."""
+    carry model inputs (a vision policy's images) carry them into the batch's extras. A task's tool runs during
+    generation (``Engine.generate``): its replies are in the completions' texts and masked out of the rows, and
+    ``log_metric/tool/calls_executed`` is the mean number of executed calls per completion."""
 
     policy_kinds = frozenset({"causal", "vision"})
 
@@ -40,7 +42,10 @@ class SingleTurn(Engine):
                 "truncated": out.truncated, "old_logp": out.logp, "extras": inputs}
         repeated = [e for e in examples for _ in range(G)]
         index = [i for i in prompt_index for _ in range(G)]
-        return scored(rows, s, repeated, policy.decode(out.response_ids, out.response_mask), index)
+        if out.tool_mask is not None:  # one reply after each executed call: count the replies' first tokens
+            starts = out.tool_mask.diff(dim=1, prepend=out.tool_mask[:, :1] * 0) == 1
+            s.reward_context.log_metric("tool/calls_executed", float(starts.sum()) / len(repeated))
+        return scored(rows, s, repeated, policy.decode(out.response_ids, out.text_mask), index)
 
     def row_inputs(self, policy, asks: list[Example], G: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The model inputs of the ``len(asks)·G`` rows besides their ids (the batch's extras, handed back to every

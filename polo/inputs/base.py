@@ -5,7 +5,9 @@ writes, with the model roles it needs (``roles``, built by the trainer only when
 the input). The trainer writes each returned tensor into the batch under its name: a ``RolloutBatch`` field
 (``ref_logp``, ``values``, ``old_logp``) or ``extras[name]``. A provider registered under several names
 (one forward serving many inputs) is called once per step and computes the names in ``context.needs``.
-Plugins register more with ``@register_provider(name, roles={...})``.
+Plugins register more with ``@register_provider(name, roles={...})``; one that renders text for a model (a
+privileged prompt, a judge's text) also passes ``prompts=`` those texts, which the context check reads
+(polo.core.model_prompts).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from polo.core.model_prompts import ModelPrompts, PromptQuery
 from polo.core.registry import METHODS, Registry
 from polo.core.segment import run_starts
 from polo.engines.base import Engine, Rollouts
@@ -42,21 +45,26 @@ class ProviderContext:
 
 
 class Provider:
-    """A registered provider: ``fn(context, rollouts) -> {name: tensor}`` and the roles it needs."""
+    """A registered provider: ``fn(context, rollouts) -> {name: tensor}``, the roles it needs and ``prompts(query)
+    -> [ModelPrompts]``: the texts it renders for a model besides the task's prompts (polo.core.model_prompts)."""
 
-    def __init__(self, fn: Callable[[ProviderContext, Rollouts], dict[str, Tensor]], roles: frozenset[str]):
+    def __init__(self, fn: Callable[[ProviderContext, Rollouts], dict[str, Tensor]], roles: frozenset[str],
+                 prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None):
         self.fn, self.roles = fn, roles
+        self.prompts = prompts or (lambda query: [])
         self.__doc__ = fn.__doc__
 
     def __call__(self, context: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
         return self.fn(context, rollouts)
 
 
-def register_provider(*names: str, roles: set[str] | frozenset[str] = frozenset()):
-    """Decorator registering ``fn(context, rollouts) -> {name: tensor}`` as the provider of ``names``."""
+def register_provider(*names: str, roles: set[str] | frozenset[str] = frozenset(),
+                      prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None):
+    """Decorator registering ``fn(context, rollouts) -> {name: tensor}`` as the provider of ``names``; ``prompts``:
+    the texts it renders for a model, for the context check."""
 
     def decorator(fn):
-        provider = Provider(fn, frozenset(roles))
+        provider = Provider(fn, frozenset(roles), prompts)
         for name in names:
             PROVIDERS.register(name)(provider)
         return fn
@@ -128,18 +136,25 @@ def critic_values(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]
     return {"values": ctx.models["critic"](*_sequence(rollouts.batch))}
 
 
-def privileged_prompts(policy, examples) -> tuple[Tensor, Tensor]:
+def privileged_texts(examples) -> list[str]:
     """Prompt ⊕ "The ground truth answer is {answer}." for the reference-guided critic (ReDiPPO)."""
-    return policy.encode_prompts([e.prompt + PRIVILEGED_TEMPLATE.format(answer=e.answer) for e in examples])
+    return [e.prompt + PRIVILEGED_TEMPLATE.format(answer=e.answer) for e in examples]
 
 
-@register_provider("values_privileged", roles={"privileged_critic"})
+def privileged_context(query: PromptQuery) -> list[ModelPrompts]:
+    """The reference-guided critic's prompts, each followed by a response."""
+    return [ModelPrompts("roles.privileged_critic", "the prompt with the ground-truth answer",
+                         "the task's prompt and answer in PRIVILEGED_TEMPLATE", "shorten the prompts or answers",
+                         privileged_texts(query.examples), [(query.max_new, "response tokens")])]
+
+
+@register_provider("values_privileged", roles={"privileged_critic"}, prompts=privileged_context)
 @torch.no_grad()
 def privileged_values(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """``values_privileged`` ``[B,T]``: the reference-guided critic's values, which sees the ground-truth answer
     in its prompt (``privileged_prompt_ids``/``_mask`` are kept for its own update)."""
     batch = rollouts.batch
-    ids, mask = privileged_prompts(ctx.policy, rollouts.examples)
+    ids, mask = ctx.policy.encode_prompts(privileged_texts(rollouts.examples))
     values = ctx.models["privileged_critic"](ids, mask, batch.response_ids, batch.response_mask)
     return {"values_privileged": values, "privileged_prompt_ids": ids, "privileged_prompt_mask": mask}
 

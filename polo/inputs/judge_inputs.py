@@ -14,13 +14,30 @@ import logging
 import torch
 from torch import Tensor
 
+from polo.core.model_prompts import ModelPrompts, PromptQuery
+from polo.core.templates import render
 from polo.engines.base import Rollouts
 from polo.inputs.base import ProviderContext, register_provider
 
 log = logging.getLogger(__name__)
 
 
-@register_provider("judge_score", "judge_scores", "judge_present", roles={"judge"})
+def judge_context(query: PromptQuery) -> list[ModelPrompts]:
+    """The causal judge's text of each criterion (filled with a response of at most ``max_new`` tokens) followed by
+    its longer verdict, when the judge is a frozen copy of the policy; other back ends read no text with the
+    policy's context (an own ``path`` is loaded later, and its too-long texts fail as ``too_long``)."""
+    judge = query.roles["judge"]
+    if judge.backend != "causal" or judge.path is not None:
+        return []
+    verdict = max(query.tokens(v) for v in judge.verdicts)
+    where = "roles.judge.criteria" if judge.criteria else "roles.judge.template"
+    return [ModelPrompts("roles.judge", f"the text of criterion {name!r}", where, "shorten the template",
+                         [render(template, e, "") for e in query.examples],
+                         [(query.max_new, "response tokens"), (verdict, "verdict tokens (roles.judge.verdicts)")])
+            for name, template in judge.named_templates()]
+
+
+@register_provider("judge_score", "judge_scores", "judge_present", roles={"judge"}, prompts=judge_context)
 @torch.no_grad()
 def judge_inputs(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """The judge's scores of the batch's completions (see the module docstring)."""

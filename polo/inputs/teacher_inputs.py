@@ -23,11 +23,14 @@ the behaviour policy re-reading the response with the example's ``rubric`` colum
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import Tensor
 
 from polo.core.credit.cort import RUBRIC_TEMPLATE
 from polo.core.distill import entropy, fill_invalid, with_tail
+from polo.core.model_prompts import ModelPrompts, PromptQuery
 from polo.core.registry import ConfigError
 from polo.core.segment import masked_mean
 from polo.engines.base import Rollouts
@@ -37,6 +40,9 @@ from polo.tasks.base import Example, reprompt
 PLAIN = ("teacher_logp", "teacher_dist")
 SIBLING = ("teacher_dist_sibling", "sibling_present", "sibling_entropy_weight")
 NEGATIVE = ("teacher_dist_negative", "negative_present")
+VARIANTS = ((SIBLING, "sibling_template", True), (NEGATIVE, "negative_template", False))
+"""The privileged prompt variants: the inputs each serves, the teacher setting holding its template and whether
+the sibling it shows is a correct one."""
 
 
 def pick_siblings(group: Tensor, candidate: Tensor, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -60,7 +66,21 @@ def score(policy, rollouts: Rollouts, rows: Tensor, examples: list[Example], tem
     return policy.forward_logp(ids, mask, *responses, temperature=temperature, return_full=full)
 
 
-@register_provider(*PLAIN, *SIBLING, *NEGATIVE, roles={"teacher"})
+def teacher_context(query: PromptQuery) -> list[ModelPrompts]:
+    """The privileged prompts of the variants the run needs, each filled with a sibling's response and followed
+    by the response re-read (both at most ``max_new`` tokens). A ``path`` teacher has a context of its own, known
+    only once it is loaded: none are returned for it."""
+    teacher = query.roles["teacher"]
+    if teacher.source == "path":
+        return []
+    return [ModelPrompts("roles.teacher", f"the prompt with {'a correct' if correct else 'an incorrect'} sibling",
+                         f"roles.teacher.{setting}", "shorten the template",
+                         [reprompt(e, getattr(teacher, setting), solution="") for e in query.examples],
+                         [(query.max_new, "tokens of the sibling's response"), (query.max_new, "response tokens")])
+            for names, setting, correct in VARIANTS if query.needs & set(names)]
+
+
+@register_provider(*PLAIN, *SIBLING, *NEGATIVE, roles={"teacher"}, prompts=teacher_context)
 @torch.no_grad()
 def teacher_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """The teacher's distributions on the student's responses, one forward per prompt variant (module doc)."""
@@ -72,13 +92,12 @@ def teacher_forward(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tenso
     got: dict[str, Tensor] = {}
     if needs & set(PLAIN):
         variants.append(("teacher_dist", everyone, list(rollouts.examples)))
-    for names, template, candidate in ((SIBLING, settings.sibling_template, correct),
-                                       (NEGATIVE, settings.negative_template, ~correct)):
+    for names, setting, want_correct in VARIANTS:
         if needs & set(names):
-            index, present = pick_siblings(batch.group, candidate, ctx.generator)
+            index, present = pick_siblings(batch.group, correct if want_correct else ~correct, ctx.generator)
             got[names[1]] = present.to(batch.mask.dtype)
             rows = present.nonzero().squeeze(-1)
-            prompts = [reprompt(rollouts.examples[i], template, solution=rollouts.completions[j])
+            prompts = [reprompt(rollouts.examples[i], getattr(settings, setting), solution=rollouts.completions[j])
                        for i, j in zip(rows.tolist(), index[rows].tolist())]
             variants.append((names[0], rows, prompts))
     vocab = teacher.hf_model.config.vocab_size
@@ -119,18 +138,13 @@ def entropy_weight(logq: Tensor, valid: Tensor, sharpness: float) -> Tensor:
     return torch.where(valid, weight, 0.0)
 
 
-@register_provider("rubric_contrast")
-@torch.no_grad()
-def rubric_contrast(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
-    """``rubric_contrast`` ``[B,T]``: the behaviour policy's log-probs of the response tokens with the
-    example's rubric in the prompt minus those under the prompt the response was sampled from (module doc). The
-    rubric is the example's ``rubric`` column, else the components' ``default_rubric``; neither is an error."""
-    batch = rollouts.batch
-    components = ctx.components.values()
+def rubric_prompts(components, examples: Sequence[Example]) -> list[Example]:
+    """Each example's prompt with its rubric (its ``rubric`` column, else the components' ``default_rubric``;
+    neither is an error) in the components' ``rubric_template``."""
     template = component_setting(components, "rubric_template", RUBRIC_TEMPLATE)
     default = component_setting(components, "default_rubric", None)
     prompts = []
-    for example in rollouts.examples:
+    for example in examples:
         rubric = example.columns.get("rubric", default)
         if rubric is None:
             raise ConfigError(f"input 'rubric_contrast' reads each example's 'rubric' column; the example with "
@@ -138,6 +152,30 @@ def rubric_contrast(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tenso
                               f"task whose rows carry a rubric (a jsonl or hf_dataset task with a 'rubric' field) "
                               f"or set the credit's default_rubric")
         prompts.append(reprompt(example, template, rubric=str(rubric)))
+    return prompts
+
+
+def rubric_context(query: PromptQuery) -> list[ModelPrompts]:
+    """The rubric-conditioned prompts, each followed by the response re-read; named after the component holding
+    the rubric settings (CoRT's ``credit``)."""
+    key = next((k for k, c in query.components.items() if hasattr(c, "rubric_template")), None)
+    label = f"{key}.{query.components[key].registry_name}" if key else "input rubric_contrast"
+    template = f"{key}.rubric_template" if key else "RUBRIC_TEMPLATE"
+    rubric = (f"{key}.default_rubric" if key and any("rubric" not in e.columns for e in query.examples)
+              else "the examples' rubric column")
+    return [ModelPrompts(label, "the rubric-conditioned prompt", f"{rubric} + prompt in {template}",
+                         "shorten the rubric", rubric_prompts(query.components.values(), query.examples),
+                         [(query.max_new, "response tokens")])]
+
+
+@register_provider("rubric_contrast", prompts=rubric_context)
+@torch.no_grad()
+def rubric_contrast(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
+    """``rubric_contrast`` ``[B,T]``: the behaviour policy's log-probs of the response tokens with the
+    example's rubric in the prompt (``rubric_prompts``) minus those under the prompt the response was sampled from
+    (module doc)."""
+    batch = rollouts.batch
+    prompts = rubric_prompts(ctx.components.values(), rollouts.examples)
     with_rubric = score(ctx.policy, rollouts, torch.arange(batch.batch_size), prompts, ctx.temperature, full=False)
     plain = ctx.policy.forward_logp(batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
                                     temperature=ctx.temperature)

@@ -69,6 +69,8 @@ class ActionMaskedPolicy(Policy):
         self.top_p, self.min_tokens_to_keep = top_p, min_tokens_to_keep
         self.pack_rows = policy.pack_rows
         self.always = torch.tensor(sorted({*self.stop_token_ids, self.pad_token_id}))
+        self.masked_vocab_frac = 0.0
+        """The share of the vocabulary masked at the (non-pad) response tokens of the last ``restrict``."""
 
     def allow(self, mask_logits: Tensor) -> Tensor:
         return top_p_allow(mask_logits, self.top_p, self.min_tokens_to_keep, self.always.to(mask_logits.device))
@@ -85,4 +87,7 @@ class ActionMaskedPolicy(Policy):
                                             lambda out: out.logits, lm_head=True)
             allow = self.allow(mask_logits[..., : logits.shape[-1]])
             allow.scatter_(-1, response_ids[..., None], True)
+            tokens = response_ids != self.pad_token_id
+            if bool(tokens.any()):
+                self.masked_vocab_frac = float((~allow[tokens]).float().mean())
         return logits.masked_fill(~allow, float("-inf"))

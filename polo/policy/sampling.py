@@ -15,3 +15,9 @@ class SampleOutput:
     truncated: Tensor  # [B] bool: reached max_new_tokens without a stop token
     entropy: Tensor | None = None  # [B, T] entropy of each token's sampling distribution (return_entropy)
     hidden: Tensor | None = None  # [B, d] last layer's state at each prompt's last token (return_hidden)
+    tool_mask: Tensor | None = None  # [B, T] 1 on tool tokens inside the response (mask 0, logp 0); None: none
+
+    @property
+    def text_mask(self) -> Tensor:
+        """``[B, T]`` the tokens of the completion's text: the generated ones and the tool's."""
+        return self.response_mask if self.tool_mask is None else self.response_mask | self.tool_mask

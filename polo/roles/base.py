@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 from pydantic import Field, PrivateAttr
 from torch import Tensor, nn
@@ -34,6 +34,10 @@ class RoleResources:
     temperature: float = 1.0
     """The rollout temperature: the log-probs of the batch (``old_logp``, ``ref_logp``) are taken at it, so a
     role comparing its own log-probs with them takes its own at it too."""
+    rule_scores: Callable[[Sequence[str], Sequence, Sequence[str]], tuple[Tensor, Tensor]] | None = None
+    """``rule_scores(names, examples, completions)``: the run task's rewards ``names`` (its own or registered) of
+    each completion, ``[B, K]``, and each reward's largest value ``[K]`` (``inf`` when undeclared): a rule judge's
+    criteria."""
 
 
 class Role(Component):
@@ -61,6 +65,10 @@ class Role(Component):
 
     def on_update(self, model: nn.Module, policy: Policy, step: int) -> None:
         """After the policy update of step ``step`` (completed steps)."""
+
+    def diagnostics(self, model: nn.Module, policy: Policy) -> dict[str, float]:
+        """What the role reports for the step's metrics row, after ``on_update`` (``policy``: the wrapped one)."""
+        return {}
 
     def loss(self, model: nn.Module, micro: RolloutBatch, counts: StepCounts,
              aggregation: Aggregation) -> tuple[Tensor, dict[str, float]]:
@@ -144,3 +152,8 @@ class MaskingPolicy(Role):
     def on_update(self, model: nn.Module, policy: Policy, step: int) -> None:
         if step % self.sync_every == 0:
             model.load_state_dict(policy.state_dict())
+
+    def diagnostics(self, model: nn.Module, policy: Policy) -> dict[str, float]:
+        """``nlpo/masked_vocab_frac``: the share of the vocabulary outside ψ's nucleus at the response tokens of
+        the step's last training forward (0: the mask restricts nothing)."""
+        return {"nlpo/masked_vocab_frac": policy.masked_vocab_frac}

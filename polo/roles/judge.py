@@ -10,10 +10,14 @@
   summed over a verdict's tokens, ``score = p(yes) / (p(yes) + p(no)) = σ(log p(yes) − log p(no))``.
 * ``http``: an OpenAI-compatible endpoint (``polo.roles.http_judge``); the reply's score is read by
   ``score_pattern`` and mapped onto [0, 1] (``parse_score``).
+* ``rule``: no model: each criterion names a reward of the run's task (``rule``: the task's own, e.g.
+  ``correct``, or a registered one, e.g. ``digit_match``), and its score is that reward divided by the reward's
+  declared largest value when it has one. A stand-in named as such, for recipes whose paper judges with a
+  model that polo cannot ship (MBA's MLLM judge): it gives the judged shaping a signal that follows the task.
 
 A template may use ``{prompt}``, ``{response}``, ``{answer}`` (the example's reference answer) and
 ``{rubric}`` (the example's ``rubric`` column, empty when it has none). ``criteria`` gives several named
-templates (a multi-dimensional judge: one score column each, in order); without it the judge has one
+templates (or rules) (a multi-dimensional judge: one score column each, in order); without it the judge has one
 criterion, ``score``, with ``template``. A judgment that fails (an endpoint timeout, an unparseable reply, a
 text longer than the local model's context, a non-finite score) is NaN with a counted reason, never an
 exception.
@@ -33,6 +37,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from polo.core.registry import ConfigError, Settings
+from polo.core.templates import render
 from polo.roles.http_judge import EndpointClient, parse_score
 from polo.policy.inputs import pad_sequences, trim_left_padding
 from polo.policy.policy import Policy
@@ -75,13 +80,6 @@ def template_fields(template: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
 
 
-def render(template: str, example, completion: str) -> str:
-    """The template with the example's prompt, answer and rubric and the completion filled in."""
-    rubric = example.columns.get("rubric")
-    return template.format(prompt=example.prompt, response=completion, answer=example.answer,
-                           rubric="" if rubric is None else str(rubric))
-
-
 class Judge:
     """Scores (example, completion) pairs on each criterion with a back end ``scorer(texts, completions) ->
     Scored``; the texts are the criteria's rendered templates, row-major (sample, criterion)."""
@@ -102,6 +100,19 @@ class Judge:
         details = {**scored.details, **({"non_finite": "the back end gave a NaN or infinite score"}
                                         if "non_finite" in reasons else {})}
         return Judgments(scores, Counter(r for r in reasons if r is not None), details)
+
+
+class RuleJudge:
+    """The rule back end: criterion k's score of a completion is the task's reward ``rules[k]`` of it, divided by
+    that reward's largest value where it declares a finite one; never fails."""
+
+    def __init__(self, names: Sequence[str], rules: Sequence[str], rule_scores: Callable):
+        self.names, self.rules, self.rule_scores = tuple(names), list(rules), rule_scores
+
+    def __call__(self, examples: Sequence, completions: Sequence[str]) -> Judgments:
+        values, maxima = self.rule_scores(self.rules, examples, completions)
+        scale = torch.where(maxima.isfinite() & (maxima > 0), maxima, torch.ones_like(maxima))
+        return Judgments(values.float() / scale.float(), Counter(), {})
 
 
 class VerdictScorer:
@@ -187,8 +198,11 @@ class Criterion(Settings):
 
     name: str = Field(min_length=1)
     """The criterion's name (its column of ``judge_scores``, in the order given)."""
-    template: str
-    """What the judge reads for this criterion (fields: {prompt}, {response}, {answer}, {rubric})."""
+    template: str | None = None
+    """What the judge reads for this criterion (fields: {prompt}, {response}, {answer}, {rubric}); None: the back
+    end's default template."""
+    rule: str | None = None
+    """backend rule: the task reward that scores this criterion (e.g. ``correct``, ``digit_match``)."""
 
 
 @ROLES.register("judge")
@@ -199,15 +213,19 @@ class JudgeRole(Role):
 
     checkpointed = False
 
-    backend: Literal["classifier", "causal", "http"] = "causal"
-    """Where scores come from: a local sequence-classification model, a local causal LM, an HTTP endpoint."""
+    backend: Literal["classifier", "causal", "http", "rule"] = "causal"
+    """Where scores come from: a local sequence-classification model, a local causal LM, an HTTP endpoint, or the
+    task's rewards named by ``rule`` (a rule judge, no model)."""
     path: str | None = None
     """Local save_pretrained folder of the classifier or causal model; causal without one: a frozen copy of the
     policy as training starts."""
     template: str | None = None
     """What the judge reads ({prompt}, {response}, {answer}, {rubric}); None: the back end's default."""
+    rule: str | None = None
+    """backend rule without criteria: the task reward that is the one criterion's score."""
     criteria: list[Criterion] = []
-    """Named criteria with their own templates, one score column each; empty: one criterion, ``score``."""
+    """Named criteria with their own templates (or rules), one score column each; empty: one criterion,
+    ``score``."""
     batch_size: int = Field(32, gt=0)
     """Texts per forward of a local model; prompts per request of the completions endpoint."""
     chat_template: bool = False
@@ -253,6 +271,13 @@ class JudgeRole(Role):
         if self.backend == "http" and (self.url is None or self.model is None):
             raise ValueError(f"backend 'http' needs url (e.g. http://127.0.0.1:8000/v1) and model (the served "
                              f"model's name); got url={self.url!r}, model={self.model!r}")
+        rules = [r for _, r in self.named_rules()]
+        if self.backend == "rule" and None in rules:
+            raise ValueError(f"backend 'rule' needs a rule (a task reward, e.g. correct) for every criterion; "
+                             f"got rules {rules}")
+        if self.backend != "rule" and any(r is not None for r in rules):
+            raise ValueError(f"rule {[r for r in rules if r is not None]} is read by backend 'rule' only, not "
+                             f"{self.backend!r}")
         if self.url is not None and not re.match(r"https?://", self.url):
             raise ValueError(f"url {self.url!r} must start with http:// or https://")
         for name, template in self.named_templates():
@@ -274,12 +299,25 @@ class JudgeRole(Role):
         return self
 
     def named_templates(self) -> list[tuple[str, str]]:
-        """(name, template) of each criterion."""
+        """(name, template) of each criterion (the back end's default where a criterion gives none)."""
+        default = TEMPLATES.get(self.backend, "")
         if self.criteria:
-            return [(c.name, c.template) for c in self.criteria]
-        return [("score", self.template if self.template is not None else TEMPLATES[self.backend])]
+            return [(c.name, c.template if c.template is not None else default) for c in self.criteria]
+        return [("score", self.template if self.template is not None else default)]
 
-    def build(self, policy: Policy) -> Judge:
+    def named_rules(self) -> list[tuple[str, str | None]]:
+        """(name, rule) of each criterion."""
+        if self.criteria:
+            return [(c.name, c.rule) for c in self.criteria]
+        return [("score", self.rule)]
+
+    def build(self, policy: Policy) -> Judge | RuleJudge:
+        if self.backend == "rule":
+            if self._resources.rule_scores is None:
+                raise ConfigError("roles.judge backend 'rule' scores with the run task's rewards, which the trainer "
+                                  "lends (RoleResources(rule_scores=...)); none was given")
+            names, rules = zip(*self.named_rules())
+            return RuleJudge(names, rules, self._resources.rule_scores)
         return Judge(self.named_templates(), self.scorer(policy))
 
     def scorer(self, policy: Policy):

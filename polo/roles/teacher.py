@@ -46,6 +46,9 @@ class TeacherWarmStart(Settings):
     """Stop once the teacher's held-out greedy accuracy reaches this; None: run all ``steps``."""
     check_every: int = Field(100, gt=0)
     """Steps between accuracy checks (a long warm start would otherwise spend much of its time checking)."""
+    hinted: float = Field(0.0, ge=0, lt=1)
+    """Share of hinted demonstrations (the recipe's ``warm_start.hinted``): 0, the teacher reads plain prompts only
+    and is the same checkpoint for every recipe on the task."""
 
 
 def check_vocabulary(teacher: Policy, student: Policy, where: str) -> None:

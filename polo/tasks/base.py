@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
@@ -36,6 +36,16 @@ class Example:
     answer: str
     columns: Mapping[str, Any] = field(default_factory=dict)
     messages: tuple[Mapping[str, str], ...] | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool the policy calls inside its completion: when the generated text ends with ``trigger``, the reply
+    ``respond(text so far)`` is fed to the model as tool tokens (context for the policy, never its actions), and the
+    policy goes on after it (``polo.engines.tool_use``)."""
+
+    trigger: str
+    respond: Callable[[str], str]
 
 
 def reprompt(example: Example, template: str, **fields: str) -> Example:
@@ -112,6 +122,11 @@ class Task(Component):
     def demonstration(self, example: Example) -> str:
         """Target completion for the supervised warm start (no EOS)."""
         return example.answer
+
+    def tool(self) -> Tool | None:
+        """The tool run during generation (a tool-integrated task's calculator, ...); None: the policy writes the
+        whole completion."""
+        return None
 
     def is_correct(self, completion: str, example: Example) -> bool:
         """Whether ``completion`` solves ``example``."""

@@ -299,6 +299,14 @@ def score(task: Task, rewards: Sequence[RewardSpec], examples: Sequence[Example]
     return scores.values, scores.names, scores.weights
 
 
+def rule_scores(task: Task, names: Sequence[str], examples: Sequence[Example], completions: Sequence[str]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rewards ``names`` of each completion, unweighted (``[B, K]``, a reward's None is 0), and each one's
+    largest value (``[K]``): what a rule judge (``roles.judge.backend: rule``) scores with."""
+    specs = [RewardSpec(name, 1.0) for name in names]
+    return score(task, specs, examples, completions)[0], reward_maxima(task, specs)
+
+
 def position_match(completion: str, answer: str, from_right: bool = False) -> float:
     """Fraction of aligned positions with equal characters, over the longer stripped string."""
     c, a = completion.strip(), answer.strip()

@@ -9,10 +9,15 @@ followed by its result, and answers with the count and the item, the short-form 
     <c>7+12</c>=19
     <a>19 pears</a>
 
-The single-turn engine does not run the calculator during generation: the policy writes each result itself,
-and the reward checks the calls afterwards (format) and the answer against the reference (quality). A
-completion is *correct* when its format is complete (``f = 1``) and its tagged answer equals the reference
-(case and spacing aside), i.e. exactly when its ``prs`` reward is 1.
+With ``execute_calls`` (the default, PRS's tool-integrated setting) the calculator runs during generation: when
+the policy closes a call with ``</c>``, the calculator's reply ``=12`` (``=error`` for an argument it cannot
+evaluate; ``tool_calls.call_result``) is fed to the model as tool tokens, which are context for the policy but
+never its actions (``response_mask`` 0: out of the loss, no log-probs), and the policy goes on after it
+(``polo.engines.tool_use``). With ``execute_calls: false`` the policy writes each result itself. Either way the
+reward checks the calls afterwards (format) and the answer against the reference (quality). A completion is
+*correct* when its format is complete (``f = 1``) and its tagged answer equals the reference (case and spacing
+aside), i.e. exactly when its ``prs`` reward is 1. The demonstrations write after each call the calculator's
+reply to it, so the warm start shows the text the executed calls produce.
 
 Warm-start noise: a ``demo_noise`` share of the demonstrations (chosen by a hash of the prompt) has one
 defect, drawn evenly: the first call left unclosed (``f = 1/ops``), the answer written as ``#### 19 pears``
@@ -26,11 +31,11 @@ import zlib
 
 from pydantic import Field
 
-from polo.tasks.base import Example, Task
+from polo.tasks.base import Example, Task, Tool
 from polo.tasks.prs import prs
 from polo.tasks.registry import register_task
 from polo.tasks.rewards import RewardSpec
-from polo.tasks.tool_calls import format_score, tagged_answer
+from polo.tasks.tool_calls import CALL_CLOSE, calculator, call_result, format_score, tagged_answer
 from polo.tasks.word_problems import FAMILIES, draw_story
 
 DEFECTS = ("unclosed_call", "untagged_answer", "number_only")
@@ -55,6 +60,9 @@ class ToolCalc(Task):
     """Bound on every operand and result."""
     demo_noise: float = Field(0.2, ge=0.0, le=1.0)
     """Share of warm-start demonstrations with one format or answer defect."""
+    execute_calls: bool = True
+    """Run the calculator during generation, its replies appended as tool tokens (module docstring); False: the
+    policy writes each result itself."""
 
     @property
     def max_completion_chars(self) -> int:
@@ -65,7 +73,7 @@ class ToolCalc(Task):
     def sample(self, rng: random.Random) -> Example:
         story = draw_story(rng, self.ops, self.distractors, self.max_value)
         items = story.question.split()[2]
-        calls = "\n".join(f"<c>{a}{op}{b}</c>={r}" for a, op, b, r in story.computations)
+        calls = "\n".join(f"<c>{a}{op}{b}</c>{calculator(f'{a}{op}{b}')}" for a, op, b, _ in story.computations)
         return Example(story.prompt, f"{story.answer} {items}", {"calls": calls})
 
     def demonstration(self, example: Example) -> str:
@@ -79,6 +87,9 @@ class ToolCalc(Task):
         if defect == "number_only":
             return f"{calls}\n<a>{answer.split()[0]}</a>"
         return f"{calls}\n<a>{answer}</a>"
+
+    def tool(self) -> Tool | None:
+        return Tool(CALL_CLOSE, call_result) if self.execute_calls else None
 
     def is_correct(self, completion: str, example: Example) -> bool:
         answer = tagged_answer(completion)

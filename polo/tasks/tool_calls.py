@@ -14,6 +14,10 @@ argument evaluates (exact integer arithmetic). The format score (PRS's first sta
 
 so a completion with no call scores 0 when ``min_calls`` ≥ 1 (the answer of a tool-integrated task needs a
 tool result), and one without an answer scores 0 whatever its calls.
+
+The calculator's reply to a call (``call_result``) is ``=VALUE``, or ``=error`` when the argument of the call the
+text ends with is not an expression it evaluates (or the closing tag has no opening one): the text an executed
+call is followed by (``polo.engines.tool_use``), and the result written after each call of a demonstration.
 """
 from __future__ import annotations
 
@@ -21,8 +25,10 @@ import re
 
 from polo.tasks.expression import ExpressionError, evaluate
 
-CALL_OPEN = "<c>"
+CALL_OPEN, CALL_CLOSE = "<c>", "</c>"
 CALL = re.compile(r"<c>([^<]*)</c>")
+LAST_CALL = re.compile(r"<c>([^<]*)</c>$")
+ERROR = "=error"
 ANSWER = re.compile(r"<a>([^<]*)</a>")
 
 
@@ -33,6 +39,21 @@ def call_matches(argument: str) -> bool:
     except ExpressionError:
         return False
     return True
+
+
+def calculator(argument: str) -> str:
+    """``=VALUE`` of an argument the calculator evaluates, else ``=error``."""
+    try:
+        return f"={evaluate(argument)[0]}"
+    except ExpressionError:
+        return ERROR
+
+
+def call_result(text: str) -> str:
+    """The calculator's reply to the call ``text`` ends with (``text`` ends with ``</c>``): ``calculator`` of the
+    argument after the last ``<c>``, ``=error`` when another tag comes between them or there is none."""
+    call = LAST_CALL.search(text)
+    return calculator(call.group(1)) if call else ERROR
 
 
 def tagged_answer(text: str) -> str | None:

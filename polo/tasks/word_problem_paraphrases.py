@@ -53,6 +53,12 @@ def reword(prompt: str, rng: random.Random) -> str:
     return " ".join(rng.choice(sentence_wordings(s)) for s in sentences) + "\n"
 
 
+def longest_rewording(example: Example) -> Example:
+    """``example`` with every sentence in its longest wording: no paraphrase of it is longer (in characters)."""
+    sentences = SENTENCE_END.split(example.prompt.rstrip("\n"))
+    return replace(example, prompt=" ".join(max(sentence_wordings(s), key=len) for s in sentences) + "\n")
+
+
 def word_problem_paraphrases(example: Example, k: int, rng: random.Random, attempts: int = 20) -> list[Example]:
     """``k`` rewordings of ``example``, each different from the original and from one another when the story has
     that many wordings (a draw repeats after ``attempts`` tries per paraphrase); answer and columns unchanged."""

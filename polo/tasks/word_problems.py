@@ -35,7 +35,7 @@ from pydantic import Field
 from polo.tasks.base import Example
 from polo.tasks.registry import register_task
 from polo.tasks.traced import TracedTask
-from polo.tasks.word_problem_paraphrases import word_problem_paraphrases
+from polo.tasks.word_problem_paraphrases import longest_rewording, word_problem_paraphrases
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,10 @@ class WordProblems(TracedTask):
     def paraphrases(self, example: Example, k: int, rng: random.Random) -> list[Example]:
         """``k`` rewordings of the story, same numbers, events and answer (``polo.tasks.word_problem_paraphrases``)."""
         return word_problem_paraphrases(example, k, rng)
+
+    def longest_paraphrase(self, example: Example) -> Example:
+        """The longest rewording ``paraphrases`` can return (the context check reads it)."""
+        return longest_rewording(example)
 
     def answer_correct(self, answer: str, example: Example) -> bool:
         """Digits without a leading zero (or ``0``) whose value is the answer."""

@@ -27,6 +27,7 @@ from polo.policy.packing import PackRows
 from polo.policy.tiny import TinyModelConfig
 from polo.policy.vision_settings import VisionTowerConfig
 from polo.engines.base import ENGINES
+from polo.engines.guided import hint_engine
 from polo.prompt_samplers.base import PROMPT_SAMPLERS
 from polo.tasks.paths import absolute_path
 from polo.tasks.plugins import is_loaded
@@ -96,6 +97,11 @@ class WarmStart(Settings):
     """Steps between accuracy checks."""
     check_size: int = Field(200, gt=0)
     """Held-out training-split problems per accuracy check."""
+    hinted: float = Field(0.0, ge=0, lt=1)
+    """Share of each step's demonstration rows shown under the ``guided`` engine's hinted prompt (its ``template``,
+    its written hint from ``source`` at the largest of its ``levels``), so that the built-in model, which never saw a
+    hint, can read one as an LLM reads the hints of KEPO and RGPO; 0: none (the accuracy target is still checked on
+    the plain prompts)."""
 
 
 class Rollout(Settings):
@@ -324,6 +330,10 @@ class Recipe(Settings):
     @model_validator(mode="after")
     def _components_fit(self) -> "Recipe":
         self._run = build_run(self)
+        if self.warm_start.hinted and not hint_engine(self._run.engine):
+            raise ValueError(f"warm_start.hinted={self.warm_start.hinted} shows demonstrations under the guided "
+                             f"engine's hinted prompt; the engine is {self.engine!r}: expected engine guided with "
+                             f"inject generate and source answer or rationale, or warm_start.hinted 0")
         return self
 
     def __eq__(self, other: object) -> bool:

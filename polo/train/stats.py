@@ -32,6 +32,7 @@ def rollout_metrics(batch: RolloutBatch, correct: torch.Tensor) -> dict[str, flo
     adv = batch.advantages
     row["advantage/mean"] = float((adv * mask).sum() / n)
     row["advantage/abs_mean"] = float((adv.abs() * mask).sum() / n)
+    row["advantage/abs_max"] = float((adv.abs() * mask).max()) if mask.numel() else 0.0
     row["advantage/std"] = float(((adv - row["advantage/mean"]) ** 2 * mask).sum().div(n).sqrt())
     row["advantage/zero_frac"] = float(((adv == 0) & (mask > 0)).sum() / n)
     row["response/length"] = float(batch.lengths.float().mean())

@@ -33,7 +33,7 @@ from polo.engines.base import EngineSetup
 from polo.inputs.base import ProviderContext
 from polo.tasks import Example, build_task
 from polo.tasks.reward_calls import RewardContext, TrainerState
-from polo.tasks.rewards import RewardSpec
+from polo.tasks.rewards import RewardSpec, rule_scores
 from polo.train.async_rollouts import AsyncRollouts
 from polo.train.builtin_callbacks import builtin_callbacks
 from polo.train.callbacks import Callback
@@ -41,6 +41,7 @@ from polo.train.checkpoint import (CheckpointError, begin_checkpoint, finish_che
                                    load_checkpoint, prune_checkpoints, save_checkpoint)
 from polo.train.config import (Recipe, config_changes, default_run_dir, load_recipe, load_run_config, save_config,
                                with_rewards)
+from polo.train.context_check import check_builtin_context, check_context, run_prompts
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
 from polo.train.inputs import provide_inputs
@@ -62,33 +63,17 @@ class NonFiniteError(RuntimeError):
     """Too many optimizer steps had a non-finite loss or gradient; the run stops, its last checkpoint clean."""
 
 
-def check_context(policy: Policy, prompts: Sequence[str | Example], max_new: int, setting: str) -> None:
-    """Refuse prompts that, with ``max_new`` response tokens, exceed the model's context
-    (``max_position_embeddings``): such a run would read positions the model never learned."""
-    context = getattr(policy.hf_model.config, "max_position_embeddings", None)
-    if context is None or not prompts:
-        return
-    lengths = policy.encode_prompts(list(prompts))[1].sum(1)
-    longest = int(lengths.argmax())
-    text = getattr(prompts[longest], "prompt", prompts[longest])
-    if int(lengths[longest]) + max_new > context:
-        raise ConfigError(
-            f"the longest prompt ({int(lengths[longest])} tokens: {text[:40]!r}) plus {max_new} new tokens "
-            f"(rollout.max_new_tokens, by default the task's longest answer + 1) exceed the model's context of "
-            f"{context} positions ({setting}): shorten the prompts or answers, or use a model with a longer context")
-
-
-def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=print) -> Policy:
+def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=print,
+                trained: Sequence[Example] = ()) -> Policy:
     """The recipe's checkpoint, or the warm-started built-in model, on ``model.device`` in ``model.dtype`` (and
     with ``train.gradient_checkpointing``); ``prompts`` (all a run will use) must fit its context with
-    ``max_new_tokens``, checked, like the device, before the warm start trains anything."""
+    ``max_new_tokens``, and so must what the run's providers and components render for the ``trained`` examples
+    (polo.train.context_check), checked, like the device, before the warm start trains anything."""
     device = resolve_device(recipe.model.device)
     max_new = max_new_tokens(recipe, task)
     kind = policy_class(recipe.model.kind)
     if recipe.model.path is None:
-        with torch.random.fork_rng(devices=[]):  # the untrained model only lends its shape: no RNG drawn
-            tiny = kind.build_tiny(recipe.model)
-        check_context(tiny, prompts, max_new, "model.tiny.max_position_embeddings")
+        check_builtin_context(recipe, task, prompts, trained, max_new)
     path = recipe.model.path or ensure_warm_start(recipe, task, log)
     lora = recipe.model.lora if recipe.model.lora.r > 0 else None
     policy = kind.load(path, lora=lora, chat_template=recipe.model.chat_template, device=device,
@@ -100,7 +85,8 @@ def load_policy(recipe: Recipe, task, prompts: Sequence[str | Example], log=prin
     if recipe.model.chat_template and not policy.chat_template:
         log(chat_template_warning(path))
     if recipe.model.path is not None:
-        check_context(policy, prompts, max_new, f"max_position_embeddings in {path}/config.json")
+        check_context(policy, run_prompts(recipe, task, prompts, trained, max_new, policy),
+                      f"max_position_embeddings in {path}/config.json", "use a model with a longer context")
     return policy
 
 
@@ -189,7 +175,7 @@ class Trainer:
         seed_run(recipe)
         pool = self.load_data()
         policy = self.data_parallel.rank0_first(  # rank 0 builds the warm start, the others then load it
-            partial(load_policy, recipe, self.task, pool + self.eval_examples, self.log))
+            partial(load_policy, recipe, self.task, pool + self.eval_examples, self.log, pool))
         self.data_parallel.sync_random_state()
         self.data_parallel.check_device(policy.device)
         self.built = run = recipe.take_run()  # every component, role and the input plan
@@ -197,7 +183,7 @@ class Trainer:
         self.components, self.engine, self.roles = run.components, run.engine, run.trained_roles
         self.data_parallel.check(self.components, recipe.dist.backend)
         resources = RoleResources(warm_start=partial(warm_start_with, recipe, self.task, self.log),
-                                  temperature=recipe.rollout.temperature)
+                                  temperature=recipe.rollout.temperature, rule_scores=partial(rule_scores, self.task))
         self.policy, self.models = build_models(run, policy, resources)
         self.data_parallel.broadcast_weights([self.policy, *self.models.values()])
         self.sharded = self.shard_models(run)
@@ -463,6 +449,7 @@ class Trainer:
         row.update(self.kl.adapt(row))
         for name, role in self.roles.items():
             role.on_update(self.models[name], self.policy, done)
+            row.update(role.diagnostics(self.models[name], self.policy))
         if self.async_rollouts is None:  # asynchronous: each batch's producer pushes its own snapshot
             self.push_weights(self.policy, done)
         timings["hooks"] = time.perf_counter() - t

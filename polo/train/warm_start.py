@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -70,10 +71,16 @@ def warm_start_key(recipe: Recipe, task: Task | None = None) -> str:
     """Hash of everything that determines the warm start: the task config with its defaults filled in (from
     ``task``, the recipe's task already built, when given), the contents (sha256) of every file it names (the
     rule: any string value of ``recipe.task``, at any depth, that is a path to an existing file, e.g. the
-    ``jsonl`` task's ``path``), the built-in model's shape, the warm-start settings and the seed. Editing a
-    task's data file therefore gives a new key, and a new warm start."""
-    tree = {"task": task_knobs(recipe.task, task), "tiny": recipe.model.tiny.model_dump(),
-            "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 3}
+    ``jsonl`` task's ``path``), the built-in model's shape, the warm-start settings (with ``hinted``, the guided
+    engine's hinted prompt too) and the seed. Editing a task's data file therefore gives a new key, and a new warm
+    start."""
+    warm = recipe.warm_start.model_dump()
+    tree = {"task": task_knobs(recipe.task, task), "tiny": recipe.model.tiny.model_dump(), "warm": warm,
+            "seed": recipe.seed, "version": 3}
+    if warm.pop("hinted"):  # only then, with the hinted prompt's settings: warm starts without hints keep their keys
+        engine = recipe.built().engine
+        tree["hints"] = {"share": recipe.warm_start.hinted, "template": engine.template, "source": engine.source,
+                         "level": max(engine.levels)}
     if recipe.model.kind != "causal":  # only then: causal runs keep their keys
         tree.update(kind=recipe.model.kind, vision=recipe.model.vision.model_dump())
     files = task_files(recipe.task)
@@ -91,7 +98,10 @@ def verify_entry(folder: Path) -> str | None:
 
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
     """Supervised training on demonstrations (the policy kind's ``demonstration_loss``: for a causal LM the
-    cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out training-split problems reaches ``target_accuracy`` (returned)."""
+    cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out
+    training-split problems reaches ``target_accuracy`` (returned). With ``hinted``, that share of each step's rows
+    is shown under the guided engine's hinted prompt (``Guided.hinted_demonstrations``), so every problem is seen
+    plain and hinted over the run."""
     from polo.engines.accuracy import accuracy
 
     warm = recipe.warm_start
@@ -101,6 +111,8 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
     if overlap:
         log(overlap)
     completions = [task.demonstration(e) for e in examples]
+    hint_engine = recipe.built().engine if warm.hinted else None
+    hints = random.Random(recipe.seed)  # which rows are hinted, and at which level: apart from the batches' draws
     max_new = task.max_completion_chars + 1
     generator = torch.Generator().manual_seed(recipe.seed)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=warm.lr, weight_decay=0.0)
@@ -110,6 +122,8 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
         policy.train()
         idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
         shown = [examples[i] for i in idx]
+        if warm.hinted:  # the prompts only: a hinted demonstration's target is its plain one
+            shown = hint_engine.hinted_demonstrations(task, shown, warm.hinted, hints)
         prompt_ids, prompt_mask = policy.encode_prompts(shown)
         ids, mask = policy.encode_completions([completions[i] for i in idx])
         loss = policy.demonstration_loss(prompt_ids, prompt_mask, ids, mask, policy.prompt_inputs(shown))
@@ -149,8 +163,11 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
         with torch.random.fork_rng(devices=[]):  # a run draws the same numbers whether its warm start was cached
             torch.manual_seed(recipe.seed)
             policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
+            warm = recipe.warm_start  # a role's longer warm start (a teacher's) says so by its budget and target
             log(f"warm start: training the built-in model ({sum(p.numel() for p in policy.parameters()):,} "
-                f"parameters)")
+                f"parameters) for up to {warm.steps} steps" + (f", until held-out greedy accuracy "
+                f"{warm.target_accuracy}" if warm.target_accuracy is not None else "") +
+                (f", {warm.hinted:.0%} of its rows hinted" if warm.hinted else "") + f"; cached in {target}")
             supervised_finetune(policy, task, recipe, log)
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)

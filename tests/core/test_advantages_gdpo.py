@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from polo.core.advantages.gdpo import GD2PO, GDPO, component_advantages, conflicted, consensus
+from polo.core.advantages.gdpo import GD2PO, GDPO, component_advantages, conflicted, consensus, order_changes
 
 from .helpers import build_batch, close
 
@@ -43,6 +43,21 @@ def test_worked_example_gd2po_hard_and_snr():
     assert (~keep).long().tolist() == [0, 0, 1, 0, 0, 1, 1, 0]
     close(scale, [0.75] * 4 + [0.5] * 4)
     close(GD2PO(variant="snr")(batch).advantages[:, 0], [0.3713, 1.0498, 0, -1.2779, 0.6756, 0, 0, -0.8189])
+
+
+def test_drop_frac_per_component_names_the_components_in_the_dropped_conflicts():
+    # the worked example plus a length column that no rollout reaches (0 everywhere, as overlong on addition)
+    batch = build_batch([[CORRECT[i], LENGTH[i], 0.0] for i in range(8)], GROUP)
+    batch.reward_names = ("correct", "length", "overlong")
+    diag = GD2PO()(batch).diagnostics
+    assert diag["gd2po/drop_frac"] == 0.5  # rows 0, 2, 5, 6: correctness and length disagree in each
+    assert diag["gd2po/drop_frac/correct"] == diag["gd2po/drop_frac/length"] == 0.5
+    assert diag["gd2po/drop_frac/overlong"] == 0.0
+    batch.rewards[:, 2] = torch.tensor([0.0, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    # row 1 (correct, long) now pays a length penalty, so in group 0 the term is −1.5 there and +0.5 elsewhere:
+    # it takes part in the conflict of every row of group 0 (rows 1 and 3 are now conflicted too)
+    diag = GD2PO()(batch).diagnostics
+    assert diag["gd2po/drop_frac/overlong"] == 0.5 and diag["gd2po/drop_frac"] == 6 / 8
 
 
 def test_token_weighted_and_sample_whitening():
@@ -141,3 +156,16 @@ def test_gd2po_keep_ratio_counts_the_scored_rows_only():
     assert keep.tolist() == [True, True, False, True]
     close(scale, [1.0] * 4)  # 3 of 3 scored rows kept, not 3 of 4
     assert GD2PO()(unscored_example()).advantages[2].eq(0).all()
+
+
+def test_order_changes_counts_the_pairs_decoupling_reorders():
+    # the worked example: S orders both groups as the summed reward does (group 1's tied pair is not counted)
+    assert GDPO()(example()).diagnostics["gdpo/order_changes"] == 0.0
+    # correct [1, 0, 0], length [0, 0.9, 0.8]: summed 1.0 > 0.9 > 0.8, but the z-scores give
+    # S = 1.1547 - 1.1487 = 0.0060 < S_1 = -0.5774 + 0.6757 = 0.0983: pair (0, 1) flips, (0, 2) and (1, 2) agree
+    batch = build_batch([[1.0, 0.0], [0.0, 0.9], [0.0, 0.8]], [0, 0, 0])
+    assert GDPO()(batch).diagnostics["gdpo/order_changes"] == pytest.approx(1 / 3)
+    # pairs of different groups are never compared; equal values on both sides are no pair
+    assert order_changes(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([0, 1])) == 0.0
+    assert order_changes(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0]), torch.tensor([0, 0])) == 0.0
+    assert order_changes(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]), torch.tensor([0, 0])) == 1.0

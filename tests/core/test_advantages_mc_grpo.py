@@ -20,6 +20,13 @@ def test_worked_examples(rewards, expected, kept):
     assert out.keep.nonzero().squeeze(-1).tolist() == kept
 
 
+def test_mad_zero_frac_counts_the_samples_whose_group_has_mad_zero():
+    # group 0: binary rewards, MAD 0 (|A| = 1/eps = 1000); group 1: MAD 0.2; group 2: a singleton, left out
+    out = MCGRPO()(build_batch([1.0, 0.0, 0.0, 0.9, 0.2, 0.5, 0.4, 0.7, 0.3], group=[0, 0, 0, 1, 1, 1, 1, 1, 2]))
+    assert out.diagnostics["mc_grpo/mad_zero_frac"] == 3 / 8
+    assert out.advantages.abs().max() == pytest.approx(1000.0, rel=1e-6)
+
+
 def test_pivot_matches_torch_median_per_group_and_scale_none():
     torch.manual_seed(0)
     rewards = torch.randint(0, 4, (21,)).double() / 3  # many ties

@@ -22,14 +22,18 @@ def vpo_batch(vectors, group=None, mask=None, name="answer_rewards"):
 
 def test_worked_example():
     vectors = torch.tensor(SETS, dtype=torch.float64)
-    score, best = set_scores(vectors, torch.tensor(W, dtype=torch.float64).expand(3, -1, -1))
+    score, best, choice = set_scores(vectors, torch.tensor(W, dtype=torch.float64).expand(3, -1, -1))
     close(score, [0.8333, 1.0, 0.5])
     close(best[0], [1.0, 0.5, 1.0])  # A: best of its set per weight
+    # A's best answer changes with the weights (the tie at [0.5, 0.5] goes to the first); B's [1, 1] dominates;
+    # C's [0.5, 0.5] is at least as good as [0.5, 0] under every weight
+    assert choice.tolist() == [[0, 0, 1], [0, 0, 0], [0, 0, 0]]
     out = VPO(weights=W)(vpo_batch(SETS))
     close(out.advantages[:, 0], [0.2673, 1.0690, -1.3363])
     assert out.diagnostics["vpo/set_score"] == pytest.approx(0.7778, abs=1e-4)  # the group mean
     assert out.diagnostics["vpo/group_std"] == pytest.approx(0.2079, abs=1e-4)  # population std
     assert out.diagnostics["vpo/pool_best"] == pytest.approx(1.0, abs=1e-4)
+    assert out.diagnostics["vpo/scalarization_disagreement"] == pytest.approx(1 / 9)  # A's third draw of 9 pairs
     # the contrast: the summed reward of each set's best answer ties A and C (1, 2, 1); VPO separates them
     assert vectors.sum(-1).amax(-1).tolist() == [1.0, 2.0, 1.0]
 
@@ -37,7 +41,7 @@ def test_worked_example():
 def test_missing_answers_and_empty_sets():
     sets = [[[1, 0], [nan, nan]], [[nan, nan], [nan, nan]], [[0, 1], [nan, 0.5]]]  # 1, 0 and 2 parsed answers
     weights = torch.tensor(W, dtype=torch.float64).expand(3, -1, -1)
-    score, _ = set_scores(torch.tensor(sets, dtype=torch.float64), weights)
+    score, _, _ = set_scores(torch.tensor(sets, dtype=torch.float64), weights)
     # A: one answer [1, 0]; B: no answer, score 0 (kept in the group); C: [0, 1] and [0, 0.5] (NaN counts 0)
     close(score, [0.5, 0.0, 0.5])
     out = VPO(weights=W)(vpo_batch(sets))
@@ -48,8 +52,9 @@ def test_missing_answers_and_empty_sets():
 def test_single_answer_is_the_mean_linear_scalarization():
     vectors = torch.tensor([[[0.2, 0.9]], [[0.7, 0.1]], [[0.4, 0.4]]], dtype=torch.float64)
     weights = torch.tensor(W, dtype=torch.float64)
-    score, _ = set_scores(vectors, weights.expand(3, -1, -1))
+    score, _, _ = set_scores(vectors, weights.expand(3, -1, -1))
     close(score, vectors[:, 0] @ weights.mean(0))
+    assert VPO(weights=W)(vpo_batch(vectors)).diagnostics["vpo/scalarization_disagreement"] == 0.0  # sets of one
 
 
 def test_degenerate_groups_give_zero():

@@ -75,3 +75,14 @@ def test_settings_are_checked():
         CREDIT.build({"name": "cort", "rubric_template": "{prompt} only"})
     with pytest.raises(ConfigError, match="bound"):
         CREDIT.build({"name": "cort", "bound": 1.0})
+
+
+def test_diagnostics_give_the_applied_and_the_warmed_up_spread():
+    # §7's example at u = 0.5: |w_eff - 1| = [0.1892, 0.0118, 0.1424, 0.0350],
+    # |w - 1| = [0.3784, 0.0236, 0.2848, 0.0699]
+    b = cort_batch([[2.0, 0.1, -0.5, 0.0]])
+    credit = at_step(CoRT(), 25)
+    row = credit.diagnostics(b, credit(b))
+    assert row["cort/spread"] == pytest.approx(0.0946, abs=1e-4)
+    assert row["cort/target_spread"] == pytest.approx(0.1892, abs=1e-4)
+    assert row["credit/max"] == pytest.approx(1.1892, abs=1e-4)

@@ -27,16 +27,20 @@ def test_worked_example():
     z = est.components(b)
     assert torch.allclose(z[:, 0], torch.tensor([1.0, 0.0, -1.0]), atol=1e-4)
     assert torch.allclose(z[:, 1], torch.tensor([-1.1446, 0.4402, 0.7044]), atol=1e-4)
-    adv = est(b).advantages
-    assert torch.allclose(adv, torch.tensor([0.3566, 0.1321, -0.4887])[:, None].expand(3, 2), atol=1e-4)
+    out = est(b)
+    assert torch.allclose(out.advantages, torch.tensor([0.3566, 0.1321, -0.4887])[:, None].expand(3, 2), atol=1e-4)
+    # the equal-weight mix (-0.0723, 0.2201, -0.1478) ranks row 0 below average, λ above: 1 sign of 3 differs
+    assert out.diagnostics == {"lambdamix/lambda_std": 0.0, "lambdamix/sign_vs_equal": pytest.approx(1 / 3)}
 
 
 def test_rows_use_their_own_preference():
     """Two groups with the same rewards and opposite corners get opposite rankings."""
     rewards = [[1.0, 0.0], [0.0, 1.0]] * 2
     b = batch(rewards, [[1.0, 0.0]] * 2 + [[0.0, 1.0]] * 2, group=[0, 0, 1, 1], T=1)
-    adv = LambdaMixAdvantage()(b).advantages[:, 0]
+    out = LambdaMixAdvantage()(b)
+    adv = out.advantages[:, 0]
     assert adv[0] > 0 > adv[1] and adv[2] < 0 < adv[3]
+    assert out.diagnostics["lambdamix/lambda_std"] == pytest.approx(0.5)  # corners (1, 0) and (0, 1), half each
     assert torch.allclose(adv, torch.tensor([0.7071, -0.7071, -0.7071, 0.7071]), atol=1e-4)
 
 

@@ -26,6 +26,20 @@ def test_worked_example_value_and_score_gradients():
     out.loss.backward()
     close(-s.grad, [0.8808, 0.1192, -0.5075, -0.4925])  # ∂J/∂s: q on positives, −softmax(s/τ) on negatives
     close((out.token_loss * batch.mask).sum(), 6.4064)
+    close(out.metrics["length_weight_spread"], 0.8808 - 0.1192)  # the one used group's max q − min q
+
+
+def test_length_weight_spread_is_zero_when_correct_answers_share_a_length():
+    # group 0: two correct answers of one length (q = 1/2 each); group 1: one correct answer (q = 1); group 2
+    # has no wrong answer (skipped); the spread averages the used groups 0 and 1
+    scores, correct, group = [-0.5, -0.7, -0.9, -0.3, -0.4, -0.6, -0.8], [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 1.0], \
+        [0, 0, 0, 1, 1, 2, 2]
+    _, logp, batch = drpo_batch(scores, [200, 200, 300, 100, 500, 50, 90], correct, group)
+    assert DRPO()(logp, batch).metrics["length_weight_spread"] == 0.0
+    # group 0's second correct answer 100 tokens shorter: q ∝ exp((1 − ℓ)/λ) = exp(8), exp(9)
+    _, logp, batch = drpo_batch(scores, [200, 100, 300, 100, 500, 50, 90], correct, group)
+    q = torch.tensor([8.0, 9.0]).softmax(0)
+    close(DRPO()(logp, batch).metrics["length_weight_spread"], float(q[1] - q[0]) / 2)
 
 
 def test_trust_region_multiplier():

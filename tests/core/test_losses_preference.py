@@ -7,6 +7,7 @@ import torch
 
 from polo.core.losses.preference import DPO, IPO, MNPO
 from polo.core.registry import POLICY_LOSSES, ConfigError
+from polo.train.config import load_recipe
 
 from .helpers import build_batch, close
 
@@ -89,6 +90,33 @@ def test_mnpo_worked_example(weights, eta, u, loss):
 def test_inpo_is_mnpo_with_one_history_model():
     s, logp, batch = pair_batch(**{**MNPO_ROWS, "history": [[-10.5], [-13.0]]})
     close(MNPO(weights=[1.0], eta=0.5)(logp, batch).loss.detach(), 0.4444)
+
+
+def test_shipped_mnpo_differs_from_inpo_once_two_distinct_iterates_are_held():
+    # the recipes' losses on §15(e): Δ_θ = 4, Δ_ref = 2, Δ_1 = 2.5, Δ_2 = 0 (two distinct iterates).
+    # inpo: u = 4 − 2/3 − (2/3)·2.5 = 5/3. mnpo, λ = (0.667, 0.333): Δ_mix = 0.667·2.5 = 1.6675,
+    # u = 4 − 2/3 − (2/3)·1.6675 = 2.221667, |Δ_mix − Δ_1| = 0.8325; ℓ = (u − 1/(2·0.0075))²
+    mnpo = POLICY_LOSSES.build(load_recipe("mnpo", []).policy_loss)
+    inpo = POLICY_LOSSES.build(load_recipe("inpo", []).policy_loss)
+    _, logp, batch = pair_batch(**MNPO_ROWS)
+    out = mnpo(logp, batch)
+    close(out.metrics["mnpo_u"], 2.221667, atol=1e-6)
+    close(out.loss.detach(), (2.221667 - 200 / 3) ** 2, atol=1e-3)
+    close(out.metrics["mnpo_mix_gap"], 0.8325)
+    close(out.metrics["mnpo_distinct_iterates"], 2.0)
+    _, logp, batch = pair_batch(**{**MNPO_ROWS, "history": [[-10.5], [-13.0]]})
+    out = inpo(logp, batch)
+    close(out.metrics["mnpo_u"], 5 / 3)
+    close(out.loss.detach(), 4225.0)
+    close(out.metrics["mnpo_mix_gap"], 0.0)
+
+
+def test_mnpo_mix_gap_is_zero_while_the_history_holds_one_policy():
+    # both slots unfilled (the initial policy): the mix is the most recent iterate, whatever the weights
+    _, logp, batch = pair_batch(**{**MNPO_ROWS, "history": [[-10.5, -10.5], [-13.0, -13.0]]})
+    out = MNPO(weights=[0.667, 0.333])(logp, batch)
+    close(out.metrics["mnpo_mix_gap"], 0.0)
+    close(out.metrics["mnpo_distinct_iterates"], 1.0)
 
 
 def test_mnpo_zero_weights_mix_uniformly_and_history_width_is_checked():

@@ -1,8 +1,11 @@
 """The ``guided`` engine: hinted re-generation for all-failed groups (RGPO, KEPO) and demonstration anchors
 (DaGRPO), trained under the original prompt."""
+import random
+
 import pytest
 import torch
 
+from polo.core.registry import ConfigError
 from polo.engines.base import ENGINES, EngineSetup
 from polo.engines.guided import revealed
 from polo.tasks import build_task
@@ -103,3 +106,17 @@ def test_teacher_written_hints_reach_the_guided_prompt(setup):
     assert len(hints) == 2 and all(isinstance(h, str) and len(h) <= 4 for h in hints)
     got = eng.rollout(policy, examples, [0, 1], torch.Generator().manual_seed(0))
     assert got.batch.batch_size == 8 and got.batch.extras["guided"].sum() <= 2
+
+
+def test_hinted_warm_start_shows_the_engines_prompt_and_needs_a_written_hint(setup):
+    _, task, _ = setup
+    eng = ENGINES.build({"name": "guided", "source": "rationale", "levels": [0.5, 1.0]})
+    examples = task.examples("train", 400, seed=4)
+    shown = eng.hinted_demonstrations(task, examples, 0.25, random.Random(0))
+    hinted = [(e, s) for e, s in zip(examples, shown) if s.prompt != e.prompt]
+    assert 60 <= len(hinted) <= 140  # a quarter of 400, binomial sd 8.7
+    assert all(s.prompt == f"Hint: {e.answer}\n{e.prompt}" for e, s in hinted)  # the whole hint, level 1.0
+    assert all(s.answer == e.answer for e, s in zip(examples, shown))
+    for engine_config in ("single_turn", "{name: guided, source: teacher}", "{name: guided, inject: demonstration}"):
+        with pytest.raises(ConfigError, match="warm_start.hinted=0.25"):
+            load_recipe("grpo", [f"engine={engine_config}", "warm_start.hinted=0.25"])

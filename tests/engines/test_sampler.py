@@ -12,18 +12,6 @@ from polo.engines.sampler import sample
 PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]
 
 
-@pytest.fixture(scope="module")
-def policy():
-    """A tiny policy with large random weights, so that greedy decoding varies and rows stop early."""
-    torch.manual_seed(0)
-    policy = build_tiny_policy(TinyModelConfig(hidden_size=32, num_heads=2, intermediate_size=64))
-    with torch.no_grad():
-        for p in policy.model.parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.5)
-    return policy
-
-
 @pytest.fixture
 def stops(policy):
     """Several stop tokens, so that sampled rows end at different steps."""

@@ -1,4 +1,5 @@
 """NLPO's ActionMaskedPolicy: the sampler and the training forward both see the masking policy's nucleus."""
+import pytest
 import torch
 
 from polo.core.action_mask import top_p_allow
@@ -36,6 +37,10 @@ def test_sampling_stays_in_the_nucleus_and_training_logp_matches_the_sampler(f32
     atol = f32.logp_atol(policy, ids, mask, out.response_ids, out.response_mask)
     torch.testing.assert_close(masked_fw, out.logp, atol=atol, rtol=0)
     assert (masked_fw >= plain_fw - atol).all() and (masked_fw > plain_fw + 1e-3).any()
+    # the diagnostic NLPO logs: the share of the vocabulary outside the nucleus at the response tokens
+    tokens = out.response_ids != policy.pad_token_id
+    expected = (~allow.scatter(-1, out.response_ids[..., None], True))[tokens].float().mean()
+    assert 0.0 < masked.masked_vocab_frac == pytest.approx(float(expected), abs=1e-6)
 
 
 def test_wrapper_shares_parameters_and_state_with_the_policy():

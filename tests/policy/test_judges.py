@@ -195,3 +195,26 @@ def test_judge_marks_every_failed_judgment_nan():
     got = Judge([("a", "{prompt}"), ("b", "{response}")], scorer)(EXAMPLES[:2], COMPLETIONS[:2])
     assert got.scores.isnan().tolist() == [[False, True], [True, False]]
     assert got.failures == {"timeout": 1, "non_finite": 1} and got.details["timeout"] == "slow"
+
+
+def test_the_rule_judge_scores_with_the_task_rewards_over_their_maxima():
+    from functools import partial
+
+    from polo.roles.base import RoleResources
+    from polo.tasks import build_task
+    from polo.tasks.rewards import rule_scores
+    role = judge(backend="rule", criteria=[{"name": "ok", "rule": "correct"}, {"name": "digits", "rule": "digit_match"}])
+    role.bind(RoleResources(rule_scores=partial(rule_scores, build_task({"name": "addition"}))))
+    got = role.build(None)([Example("12+3=", "15"), Example("4*2=", "18"), Example("7-7=", "0")], ["15", "19", "5"])
+    # correct: 1, 0, 0 (max 1); digit_match: 2/2, 1/2 ("19" vs "18": first digit), 0/1
+    assert got.scores.tolist() == [[1.0, 1.0], [0.0, 0.5], [0.0, 0.0]]
+    assert got.failures == {}
+
+
+def test_the_rule_judge_needs_a_rule_per_criterion_and_the_run_task():
+    with pytest.raises(ValueError, match="needs a rule"):
+        judge(backend="rule", criteria=[{"name": "a", "rule": "correct"}, {"name": "b", "template": "{prompt}"}])
+    with pytest.raises(ValueError, match="read by backend 'rule' only"):
+        judge(backend="causal", rule="correct")
+    with pytest.raises(ConfigError, match="rule_scores"):
+        judge(backend="rule", rule="correct").build(None)

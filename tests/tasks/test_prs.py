@@ -1,5 +1,6 @@
 """PRS rewards (format stage, LA-BLEU quality) and the tool_calc task they score."""
 import math
+import re
 
 import pytest
 
@@ -72,6 +73,20 @@ def test_tool_calc_task():
     assert all((v == 1.0) == task.is_correct(d, e) for v, d, e in zip(values, demos, train))
     exact = build_task({"name": "tool_calc", "demo_noise": 0.0})
     assert all(exact.is_correct(exact.demonstration(e), e) for e in train)
+
+
+def test_demonstrations_write_what_the_calculator_returns():
+    """The warm start and the executed mode agree: wherever executed decoding pauses (each closing tag), the
+    demonstration goes on with the calculator's reply to the text before it (noisy demonstrations included)."""
+    task = build_task({"name": "tool_calc", "ops": 3, "max_value": 50, "distractors": 1})
+    tool = task.tool()
+    for example in task.examples("train", 200, seed=2):
+        demo = task.demonstration(example)
+        ends = [m.end() for m in re.finditer(re.escape(tool.trigger), demo)]
+        assert ends
+        for end in ends:
+            reply = tool.respond(demo[:end])
+            assert demo[end:].startswith(reply + "\n") and reply != "=error"
 
 
 def test_tool_calc_bad_knobs():

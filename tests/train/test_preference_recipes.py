@@ -14,7 +14,7 @@ SPECIFIC = {
     "dpo": ["policy/reward_accuracy", "policy/reward_margin", "policy/chosen_log_ratio", "policy/rejected_log_ratio"],
     "ipo": ["policy/reward_accuracy", "policy/reward_margin"],
     "online_dpo": ["policy/reward_accuracy"],
-    "mnpo": ["policy/mnpo_u", "policy/reward_accuracy"],
+    "mnpo": ["policy/mnpo_u", "policy/mnpo_mix_gap", "policy/mnpo_distinct_iterates", "policy/reward_accuracy"],
     "inpo": ["policy/mnpo_u"],
     "oppo": ["policy/rec_nll", "policy/pref_loss", "policy/norm_loss", "policy/z_star_norm", "oppo/z_star_norm"],
 }
@@ -43,7 +43,7 @@ def test_offline_pairs_are_all_used(tiny, tmp_path):
 
 
 def test_mnpo_history_is_pushed_and_checkpointed(tiny, tmp_path):
-    trainer, _ = run("mnpo", tiny, tmp_path, "roles.history.iteration_steps=1")
+    trainer, _ = run("mnpo", tiny, tmp_path)  # the shipped recipe pushes after every step
     history = trainer.models["history"]
     assert int(history.filled) == 2
     policy = next(trainer.policy.parameters())
@@ -53,6 +53,17 @@ def test_mnpo_history_is_pushed_and_checkpointed(tiny, tmp_path):
     fresh.restore(latest_checkpoint(tmp_path))
     for a, b in zip(fresh.models["history"].state_dict().values(), history.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_shipped_mnpo_plays_two_distinct_past_iterates_within_four_steps(tiny, tmp_path):
+    # seed 0: step 1 holds the initial policy twice (the mix is the most recent iterate: INPO's u); from step 2 on
+    # the two slots differ and the mix's gap differs from the most recent iterate's (threshold: > 0). 16 prompts a
+    # step so that every step has untied pairs (the diagnostic averages over the pairs that count)
+    _, rows = run("mnpo", tiny, tmp_path, "train.steps=4", "train.save_every=4", "train.eval_every=4",
+                  "rollout.prompts_per_step=16")
+    gap = [r["policy/mnpo_mix_gap"] for r in rows[1:]]
+    assert [r["policy/mnpo_distinct_iterates"] for r in rows[1:]] == [1.0, 2.0, 2.0, 2.0]
+    assert gap[0] == 0.0 and all(g > 0 for g in gap[1:]), gap
 
 
 def test_oppo_head_and_anchor_are_checkpointed(tiny, tmp_path):

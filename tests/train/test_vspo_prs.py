@@ -5,9 +5,11 @@ The TINY model is warm-started for 150 steps on tool_calc (its completions then 
 calls, so PRS rewards vary) and rolls out 4 samples per prompt, so that some groups are constant and refilled.
 """
 import math
+import re
 
 import torch
 
+from polo.tasks import build_task
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
 
@@ -48,3 +50,27 @@ def test_long_form_prs_with_a_causal_judge(tiny, tmp_path):
     assert bool((judged[f_minus_1 < 0] == 0).all()) and bool(((judged >= 0) & (judged <= 1)).all())
     for row in rows:
         assert row["judge/failures"] == 0.0 and math.isfinite(row["loss/policy"])
+
+
+def test_vspo_prs_runs_the_calculator(tiny, tmp_path):
+    """Seed 0, 2 steps: every step executes calls (more than one per completion on average, with 2 per
+    demonstration), every executed call is followed by the calculator's reply to it, and the replies are not the
+    policy's tokens (the masked-in tokens of each finished row spell the completion without them)."""
+    trainer = Trainer(load_recipe("vspo_prs", [*tiny, *SETTINGS, "train.steps=2"]), tmp_path / "run",
+                      log=lambda *_: None)
+    rows = [r for r in trainer.run() if r["step"] > 0]
+    assert all(r["log_metric/tool/calls_executed"] > 1.0 for r in rows)
+    tool, rollouts = build_task({"name": "tool_calc"}).tool(), trainer.last_rollouts
+    batch = rollouts.batch
+    own_texts = trainer.policy.decode(batch.response_ids, batch.response_mask)
+    replies = 0
+    for text, own, truncated in zip(rollouts.completions, own_texts, batch.truncated.tolist()):
+        if truncated:
+            continue
+        kept, at = "", 0
+        for call in re.finditer(re.escape(tool.trigger), text):
+            reply = tool.respond(text[: call.end()])
+            assert text[call.end():].startswith(reply)
+            kept, at, replies = kept + text[at: call.end()], call.end() + len(reply), replies + 1
+        assert own == kept + text[at:]
+    assert replies > len(rollouts.completions)

@@ -76,11 +76,24 @@ def test_tasks_without_files_hash_their_knobs_with_defaults_filled_in(tiny):
 
     recipe = load_recipe("grpo", tiny)
     knobs = {"name": "addition", "test_fraction": 0.1, "digits": 2}
+    warm = recipe.warm_start.model_dump(exclude={"hinted"})  # 0: absent, so entries from before it keep their keys
     expected = json.dumps({"task": knobs, "tiny": recipe.model.tiny.model_dump(),
-                           "warm": recipe.warm_start.model_dump(), "seed": recipe.seed, "version": 3}, sort_keys=True)
+                           "warm": warm, "seed": recipe.seed, "version": 3}, sort_keys=True)
     assert warm_start_key(recipe) == hashlib.sha256(expected.encode()).hexdigest()[:16]
     assert warm_start_key(load_recipe("grpo", [*tiny, "task.digits=2"])) == warm_start_key(recipe)
     assert warm_start_key(load_recipe("grpo", [*tiny, "task.digits=3"])) != warm_start_key(recipe)
+
+
+def test_a_hinted_warm_start_is_keyed_by_its_share_and_the_hinted_prompt(tiny):
+    keys = {warm_start_key(load_recipe("rgpo", [*tiny, *extra]))
+            for extra in ([], ["warm_start.hinted=0.5"], ["engine.template='Hint {guide}|{prompt}'"],
+                          ["engine.levels=[0.5, 0.9]"], ["warm_start.hinted=0"])}
+    assert len(keys) == 5
+    assert warm_start_key(load_recipe("rgpo", [*tiny, "warm_start.hinted=0"])) == warm_start_key(
+        load_recipe("grpo", tiny))  # no hints: the plain warm start, shared with every recipe on the task
+    # what the engine does after the warm start does not change it
+    assert warm_start_key(load_recipe("rgpo", [*tiny, "engine.levels=[0.25, 1.0]"])) == warm_start_key(
+        load_recipe("rgpo", tiny))
 
 
 @pytest.mark.parametrize("damage", ["truncate_weights", "drop_manifest", "drop_tokenizer"])

@@ -1,6 +1,7 @@
 """GDPO and GD²PO: each reward component normalized in its group before the components are summed."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -30,15 +31,35 @@ def component_advantages(rewards: Tensor, present: Tensor, group: Tensor, eps: f
     return adv * present
 
 
+def opposed(comp: Tensor) -> Tensor:
+    """``[B, K]`` bool: component k of row i is nonzero (``|Â| > SIGN_TOL``) and some other component of the row
+    has the opposite sign (the components that take part in the row's conflict)."""
+    pos, neg = comp > SIGN_TOL, comp < -SIGN_TOL
+    return (pos & neg.any(-1, keepdim=True)) | (neg & pos.any(-1, keepdim=True))
+
+
 def conflicted(comp: Tensor) -> Tensor:
     """``[B]`` bool: some normalized component is positive and another negative (``> SIGN_TOL``, ``< −SIGN_TOL``)."""
-    return (comp > SIGN_TOL).any(-1) & (comp < -SIGN_TOL).any(-1)
+    return opposed(comp).any(-1)
 
 
 def consensus(comp: Tensor) -> Tensor:
     """``[B]`` ``κ_i = Σ_k Â[i,k] / (Σ_k |Â[i,k]| + SIGN_TOL)``: ±1 when all components agree, near 0 when they
     cancel."""
     return comp.sum(-1) / (comp.abs().sum(-1) + SIGN_TOL)
+
+
+def order_changes(decoupled: Tensor, summed: Tensor, group: Tensor) -> float:
+    """The share of same-group row pairs that ``decoupled`` (``S``) orders differently from ``summed`` (the
+    weighted reward sum GRPO would normalize): ``sign(S_i − S_j) ≠ sign(r_i − r_j)``, over the pairs where either
+    differs (beyond SIGN_TOL). 0 when the per-component normalization changes no ranking, i.e. when GDPO's
+    advantage orders every group as GRPO's would."""
+    same = (group[:, None] == group[None, :]).triu(1)
+    ds, dr = decoupled[:, None] - decoupled[None, :], summed[:, None] - summed[None, :]
+    sign_s = torch.where(ds.abs() > SIGN_TOL, ds.sign(), torch.zeros_like(ds))
+    sign_r = torch.where(dr.abs() > SIGN_TOL, dr.sign(), torch.zeros_like(dr))
+    ranked = same & ((sign_s != 0) | (sign_r != 0))
+    return float(((sign_s != sign_r) & ranked).sum() / ranked.sum().clamp_min(1))
 
 
 def whiten_rows(x: Tensor, mask: Tensor, keep: Tensor, how: str) -> Tensor:
@@ -74,6 +95,8 @@ class GDPO(AdvantageEstimator):
     moves no other row (TRL's ``normalize_then_sum``: its summed reward is NaN, dropped by the batch
     ``nanmean``/``nanstd`` and set to 0). Rewards [1, 0, None, 1 | 0, 0, 1, 1] in two groups of four give
     0.632 / −0.949 (−1.265 for the scored 0 of group 1), not the 0.683 / −1.025 of counting the unscored row.
+    Logs ``gdpo/order_changes``: the share of same-group pairs whose order under S differs from the order under
+    the summed reward (what decoupling changes; ``order_changes``).
     """
 
     paper = ("GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL Optimization "
@@ -101,14 +124,19 @@ class GDPO(AdvantageEstimator):
         """``[B, K]`` the per-component group-normalized advantages ``Â``."""
         return component_advantages(batch.rewards.to(batch.mask.dtype), self.presence(batch), batch.group, self.eps)
 
-    def selection(self, comp: Tensor, group: Tensor, scored: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
-        """``(keep [B] bool, scale [B], diagnostics)`` over the ``scored`` rows: GDPO keeps every one at scale 1."""
+    def selection(self, comp: Tensor, group: Tensor, scored: Tensor,
+                  names: Sequence[str] = ()) -> tuple[Tensor, Tensor, dict[str, float]]:
+        """``(keep [B] bool, scale [B], diagnostics)`` over the ``scored`` rows (``names``: the K components'):
+        GDPO keeps every one at scale 1."""
         return scored, comp.new_ones(len(comp)), {}
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         comp = self.components(batch)
         total = comp @ batch.reward_weights.to(comp)
-        keep, scale, diagnostics = self.selection(comp, batch.group, self.presence(batch).any(-1))
+        present = self.presence(batch)
+        keep, scale, diagnostics = self.selection(comp, batch.group, present.any(-1), batch.reward_names)
+        summed = (batch.rewards.to(comp).nan_to_num(0.0) * present) @ batch.reward_weights.to(comp)
+        diagnostics["gdpo/order_changes"] = order_changes(total, summed, batch.group)
         return AdvantageResult(whiten_rows(total * scale, batch.mask, keep, self.whiten), diagnostics=diagnostics)
 
 
@@ -122,7 +150,9 @@ class GD2PO(GDPO):
 
     A conflicted rollout's components pull the policy both ways and cancel out; dropping it and scaling each
     query by how much of its group agrees keeps the update on the rollouts whose signal is consistent.
-    Diagnostics: ``gd2po/conflict_frac`` (rollouts with mixed signs), ``gd2po/drop_frac`` (rollouts dropped).
+    Diagnostics: ``gd2po/conflict_frac`` (rollouts with mixed signs), ``gd2po/drop_frac`` (rollouts dropped) and,
+    per reward component, ``gd2po/drop_frac/NAME`` (rollouts dropped in whose conflict component NAME takes part: 0
+    for a component that is constant within every group, e.g. a length term no rollout reaches).
     """
 
     paper = ("GD²PO: Mitigating Multi-Reward Conflicts via Group-Dynamic reward-Decoupled Policy Optimization "
@@ -134,7 +164,8 @@ class GD2PO(GDPO):
     tau: float = Field(0.8, ge=0, le=1)
     """Consensus threshold of the ``snr`` variant."""
 
-    def selection(self, comp: Tensor, group: Tensor, scored: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+    def selection(self, comp: Tensor, group: Tensor, scored: Tensor,
+                  names: Sequence[str] = ()) -> tuple[Tensor, Tensor, dict[str, float]]:
         """Keep the scored rollouts that are not (severely) conflicted; scale by their group's keep ratio."""
         conflict = conflicted(comp)
         drop = conflict & (consensus(comp).abs() < self.tau) if self.variant == "snr" else conflict
@@ -143,4 +174,6 @@ class GD2PO(GDPO):
         kept = segment_sum(keep.to(comp.dtype), inv) / segment_sum(scored.to(comp.dtype), inv).clamp_min(1)
         n = max(len(comp), 1)
         diagnostics = {"gd2po/conflict_frac": float(conflict.sum()) / n, "gd2po/drop_frac": float(drop.sum()) / n}
+        involved = (opposed(comp) & drop[:, None]).sum(0).tolist()
+        diagnostics.update({f"gd2po/drop_frac/{name}": count / n for name, count in zip(names, involved)})
         return keep, kept[inv], diagnostics

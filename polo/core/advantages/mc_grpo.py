@@ -18,8 +18,15 @@ class MCGRPO(AdvantageEstimator):
     median ``m = R_{k*}``, ``MAD = lower_median(|R_g − m|)``,
     ``A_j = (R_j − m)/(MAD + eps)`` (``scale: mad``) or ``R_j − m`` (``scale: none``).
     ``keep`` drops the pivot, so G samples per group enter the loss. A singleton group keeps ``A = R``
-    and its sample (as in every group estimator here). With binary rewards MAD is usually 0, so |A| = 1/eps
-    (the reference code's behaviour; Adam and gradient clipping make the step nearly scale-free).
+    and its sample (as in every group estimator here).
+
+    With discrete rewards MAD is usually 0 (more than half of a group shares the median reward), so a sample off
+    the median gets ``|A| = |R_j − m|/eps``, up to 1000× its reward gap at ``eps = 1e-3``: the authors' code does
+    the same (lotusroot-kim/MC-GRPO ``grpo_trainer_math.py``). Adam normalizes the step and gradient clipping
+    bounds it, so the update is nearly scale-free, but the loss, the clip statistics and any scale-sensitive
+    optimizer see the raw values (the trainer logs the largest as ``advantage/abs_max``); ``scale: none``
+    (``A = R − m``) avoids it. Diagnostic: ``mc_grpo/mad_zero_frac``, the share of samples (in groups of two or
+    more) whose group has MAD = 0.
 
     The median is robust to one outlying reward, so with few samples per prompt fewer advantages flip sign
     than with the mean; sampling G+1 and dropping the pivot (whose A is 0) keeps G samples in the loss.
@@ -37,11 +44,14 @@ class MCGRPO(AdvantageEstimator):
         reward = batch.scalar_reward().to(mask)
         median, pivot, count = self.median(reward, batch.group)
         adv = reward - median
+        mad = self.median(adv.abs(), batch.group)[0]
         if self.scale == "mad":
-            adv = adv / (self.median(adv.abs(), batch.group)[0] + self.eps)
+            adv = adv / (mad + self.eps)
         single = count == 1
         adv = torch.where(single, reward, adv)
-        return AdvantageResult(adv[:, None] * mask, keep=~pivot | single)
+        mad_zero = float((mad[~single] == 0).to(mask).mean()) if (~single).any() else 0.0
+        return AdvantageResult(adv[:, None] * mask, keep=~pivot | single,
+                               diagnostics={"mc_grpo/mad_zero_frac": mad_zero})
 
     @staticmethod
     def median(x: Tensor, group: Tensor) -> tuple[Tensor, Tensor, Tensor]:

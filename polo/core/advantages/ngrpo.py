@@ -28,6 +28,8 @@ class NGRPO(AdvantageEstimator):
 
     All-wrong groups get negative advantages instead of zero (the virtual sample beats them all); all-R_max
     groups get zero. The paper pairs this with an asymmetric clip (``ppo_clip`` with clip_low < clip_high).
+    Logs the share of rows in groups of equal rewards (``ngrpo/flat_rows``: no signal under GRPO) and of those
+    that still get a non-zero advantage here (``ngrpo/flat_rows_learning``).
     """
 
     paper = "NGRPO: Negative-enhanced Group Relative Policy Optimization (arXiv:2509.18851)"
@@ -62,8 +64,14 @@ class NGRPO(AdvantageEstimator):
 
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         mask = batch.mask
-        adv = self.calibrated(batch.scalar_reward().to(mask), batch.group, self.max_reward(batch))
-        return AdvantageResult(adv[:, None] * mask)
+        reward = batch.scalar_reward().to(mask)
+        adv = self.calibrated(reward, batch.group, self.max_reward(batch))
+        _, std, count = group_stats(reward, batch.group)
+        flat = (std == 0) & (count > 1)  # groups plain GRPO gives no signal
+        learns = flat & (adv != 0)
+        return AdvantageResult(adv[:, None] * mask, diagnostics={
+            "ngrpo/flat_rows": float(flat.float().mean()),
+            "ngrpo/flat_rows_learning": float(learns.float().mean())})
 
     def calibrated(self, reward: Tensor, group: Tensor, r_max: float) -> Tensor:
         """``A`` ``[B]`` for rewards ``[B]`` in groups, with ``n_virtual`` samples of reward ``r_max``."""

@@ -17,6 +17,8 @@ class ReDiPPO(TokenRewardAdvantage, DiscrepancyWeighting):
     ``A_ref = GAE(tok_r, v_ref; γ, λ)`` (γ = λ = 1: ``A_ref = (G − v_ref)·mask``);
     ``w = discrepancy_weights(v_ref, v_std)`` (``reweight``); ``Ã = masked_whiten(w·A_ref)`` (``whiten``,
     unbiased variance). ``returns = G·mask``: both critics regress the verifier reward G at every valid token.
+    Logs the spread of w over valid tokens (``redippo/weight_std``, 0 when the critics agree everywhere) and the
+    share of tokens at a clamp bound (``redippo/weight_clamped_frac``).
 
     SECONDARY: read from a detailed third-party summary of the paper's method (its Eqs. 8–14); the whitening
     variance convention and ε_e are not reported (ours: unbiased, 1e-6).
@@ -36,8 +38,14 @@ class ReDiPPO(TokenRewardAdvantage, DiscrepancyWeighting):
         reward = batch.scalar_reward().to(mask)
         v_ref = batch.extras["values_privileged"].to(mask)
         adv = gae(self.token_rewards(batch, reward, kl_coef), v_ref, mask, self.gamma, self.lam)
+        diagnostics = {}
         if self.reweight:
-            adv = adv * self.discrepancy(batch)
+            w = self.discrepancy(batch)
+            adv = adv * w
+            valid = w[mask.bool()]
+            diagnostics = {"redippo/weight_std": float(valid.std(unbiased=False)) if valid.numel() else 0.0,
+                           "redippo/weight_clamped_frac": float(((valid <= self.w_min) | (valid >= self.w_max))
+                                                                .float().mean()) if valid.numel() else 0.0}
         if self.whiten:
             adv = masked_whiten(adv, mask) * mask
-        return AdvantageResult(adv, returns=reward[:, None] * mask)
+        return AdvantageResult(adv, returns=reward[:, None] * mask, diagnostics=diagnostics)

@@ -38,11 +38,13 @@ class CoRT(TokenCredit):
     The advantages are multiplied by ``w_eff``: tokens the rubric made likelier get more of the response's
     credit. The step counter is the component's state (``after_update``), checkpointed with the run. The tanh
     mapping and the defaults of λ, τ, k_0, k_1 are our reconstruction (the paper's exact mapping was not
-    available); the per-response normalisation and the SmoothStep shape follow public summaries of the paper,
-    whose exact title we could not verify (the citation gives its method name and arXiv id).
+    available); the per-response normalisation and the SmoothStep shape follow its abstract and public summaries.
+    The paper samples under the rubric-conditioned prompt and replays under a criteria-free one; here the response
+    is sampled under the task's own prompt and replayed with the rubric added: the same contrast, taken at the
+    criteria-free prompt's responses.
     """
 
-    paper = "CoRT: Counterfactual Replay Token weighting for rubric-based RL (arXiv:2607.25659)"
+    paper = "CoRT: Counterfactual Replay for Token-Level Rubric-Guided Policy Optimization (arXiv:2607.25659)"
     provenance = "RECONSTRUCTED"
     requires = frozenset({"rubric_contrast"})
 
@@ -53,7 +55,8 @@ class CoRT(TokenCredit):
     warmup_start: int = Field(0, ge=0)
     """k_0: the completed step at which the weights start to turn on."""
     warmup_end: int = Field(50, ge=0)
-    """k_1: the completed step from which the weights act fully."""
+    """k_1: the completed step from which the weights act fully (the paper gives the schedule's shape, not its length;
+    50 is the first sixth of a default 300-step run, so a run of a few steps applies only a few % of the weights)."""
     rubric_template: str = RUBRIC_TEMPLATE
     """The rubric-conditioned prompt (``{rubric}``: the example's ``rubric`` column, ``{prompt}``: its prompt; with a
     chat template, the content of its last message). The criteria-free prompt is the example's own."""
@@ -74,12 +77,28 @@ class CoRT(TokenCredit):
             raise ValueError(f"warmup_end={self.warmup_end} is before warmup_start={self.warmup_start}")
         return self
 
-    def __call__(self, batch: RolloutBatch) -> Tensor:
+    def target(self, batch: RolloutBatch) -> Tensor:
+        """``w``: the bounded, response-normalised weights the warm-up turns on (``[B,T]``, values off the mask
+        are not used)."""
         mask = batch.mask
         raw = 1 + self.bound * torch.tanh(batch.input("rubric_contrast").to(mask) / self.temperature)
         # the mean of w̃ is at least 1 − λ; the floor only keeps a row without valid tokens finite
-        w = raw / masked_mean(raw, mask, dim=-1).clamp_min(1 - self.bound)[:, None]
-        return (1 + smoothstep(self._step, self.warmup_start, self.warmup_end) * (w - 1)) * mask
+        return raw / masked_mean(raw, mask, dim=-1).clamp_min(1 - self.bound)[:, None]
+
+    def __call__(self, batch: RolloutBatch) -> Tensor:
+        w = self.target(batch)
+        return (1 + smoothstep(self._step, self.warmup_start, self.warmup_end) * (w - 1)) * batch.mask
+
+    def diagnostics(self, batch: RolloutBatch, weights: Tensor) -> dict[str, float]:
+        """The base statistics, plus how far the weights move the advantages: ``cort/spread``, the mean of
+        ``|w_eff − 1|`` over the trained tokens (what this step applies), and ``cort/target_spread``, the mean of
+        ``|w − 1|`` (what it applies once warmed up; ``cort/spread = s·cort/target_spread`` with the step's SmoothStep
+        share s, of the steps completed before it)."""
+        m = batch.mask.bool()
+        if not m.any():
+            return {}
+        return {**super().diagnostics(batch, weights), "cort/spread": float((weights[m] - 1).abs().mean()),
+                "cort/target_spread": float((self.target(batch)[m] - 1).abs().mean())}
 
     def after_update(self, batch, context) -> dict[str, float]:
         self._step = context.step

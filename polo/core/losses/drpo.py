@@ -12,7 +12,7 @@ from polo.core.batch import RolloutBatch
 from polo.core.divergences import DIVERGENCES
 from polo.core.losses.base import LossOutput, PolicyLoss, ratio
 from polo.core.registry import POLICY_LOSSES
-from polo.core.segment import masked_mean, segment_sum
+from polo.core.segment import group_reward_spread, masked_mean, segment_sum
 
 
 def segment_logsumexp(x: Tensor, inv: Tensor, member: Tensor, num_groups: int) -> Tensor:
@@ -42,7 +42,10 @@ class DRPO(PolicyLoss):
 
     Correct responses are weighted only against each other (shorter ones more), so a length preference never
     turns a correct answer's signal negative; wrong responses are pushed down through the soft maximum of
-    their scores.
+    their scores. The weights act only where a group's correct responses differ in length: where they share one
+    (every correct answer of an addition problem is the same string) q is uniform and DRPO is its discriminative
+    objective alone. Metric ``length_weight_spread``: ``max q − min q`` over each used group's correct responses,
+    averaged over the used groups (0 then).
 
     ``whole_groups``: J_x needs every response of question x, so the updater cuts micro-batches on group
     boundaries (and refuses a ``train.micro_batch_size`` that would split a group). The trust-region multiplier
@@ -100,11 +103,14 @@ class DRPO(PolicyLoss):
             p_neg = torch.exp(s / self.tau - neg_lse[inv]).masked_fill(~neg, 0.0)
             share = torch.where(used[inv], -(q * s - p_neg * self.tau * neg_lse[inv]), 0.0)
             token_loss = share[:, None] * mask / mask.sum(-1, keepdim=True).clamp_min(1)
+            scored = pos & used[inv]  # max − min of q over each used group's correct responses, averaged
+            spread = group_reward_spread(q[scored], batch.group[scored]).mean() if scored.any() else q.new_zeros(())
         metrics = {
             "drpo_objective": J.detach(),
             "kl_old": kl.detach(),
             "trust_region_multiplier": multiplier,
             "groups_used": used.to(mask).mean() if G else torch.zeros(()),
+            "length_weight_spread": spread,
             "ratio_mean": masked_mean(ratio(logp.detach(), batch.old_logp), mask),
         }
         return LossOutput(token_loss, metrics, loss=loss)

@@ -191,14 +191,19 @@ class IPO(PairwiseLoss):
 
 @POLICY_LOSSES.register("mnpo")
 class MNPO(PairwiseLoss):
-    """MNPO (INPO with one opponent): the policy's chosen-vs-rejected log-likelihood gap is regressed onto a mix
-    of the reference's and past policies' gaps plus a margin.
+    """MNPO, and INPO as its one-opponent case: the policy's chosen-vs-rejected log-likelihood gap is regressed onto
+    a mix of the reference's and past policies' gaps plus a margin.
 
     With ``Δ_m = s_m(y_w) − s_m(y_l)`` for the policy θ, the reference and each history model h (sequence sums;
     ``history_logp`` ``[B, H]``, most recent first), ``λ_h = w_h / Σ w`` (uniform when Σ w = 0):
     ``u = Δ_θ − ρ·Δ_ref − (1 − ρ)·Σ_h λ_h Δ_h``, ``ℓ = (u − 1/(2η))²``. The history models are the policy at the
-    start of the current and previous iterations (role ``history``); INPO is H = 1, ``weights: [1.0]``.
-    Metrics add ``mnpo_u`` (mean u); the reported implicit reward is ``β·ρ``.
+    start of the current and previous iterations (role ``history``); INPO is H = 1, ``weights: [1.0]``, and so is
+    any H with the weight on the most recent model alone (the authors' default ``[1.0, 0.0]``).
+    Metrics add ``mnpo_u`` (mean u), ``mnpo_mix_gap`` (mean over pairs of ``|Σ_h λ_h Δ_h − Δ_1|``, how far the
+    opponent mix is from the most recent iterate alone: ``(1 − ρ)`` times it is how far u is from INPO's; 0 while
+    the older iterates equal the most recent one) and ``mnpo_distinct_iterates`` (how many of the H history models
+    give different log-likelihoods on the batch: slots not filled yet all hold the initial policy and count once);
+    the reported implicit reward is ``β·ρ``.
     Papers: MNPO; "Iterative Nash Policy Optimization: Aligning LLMs with General Preferences via No-Regret
     Learning" (arXiv:2407.00617)."""
 
@@ -211,7 +216,8 @@ class MNPO(PairwiseLoss):
     eta: float = Field(0.0075, gt=0)
     """η: the margin target is 1/(2η)."""
     weights: list[float] = [1.0, 0.0]
-    """w_h of the history models, most recent first; as many as the ``history`` role's ``size``."""
+    """w_h of the history models, most recent first; as many as the ``history`` role's ``size``. The default is the
+    authors' code's, which puts all weight on the most recent model (INPO); the ``mnpo`` recipe ships the paper's."""
     beta: float = Field(10.0, gt=0)
     """Scale of the logged implicit reward β·ρ (not in the loss)."""
 
@@ -241,6 +247,10 @@ class MNPO(PairwiseLoss):
         mask = batch.mask
         d_pi = pairs.diff(logp_seq)
         d_ref = pairs.diff(sequence_sum(batch.ref_logp, mask))
-        d_hist = pairs.diff(history.to(d_pi)) @ self.mixture().to(d_pi)
+        d_each = pairs.diff(history.to(d_pi))  # [P, H]
+        d_hist = d_each @ self.mixture().to(d_pi)
         u = d_pi - self.ratio * d_ref - (1 - self.ratio) * d_hist
-        return (u - 1 / (2 * self.eta)) ** 2, {"mnpo_u": pairs.mean(u.detach())}
+        distinct = torch.unique(history, dim=1).shape[1]
+        return (u - 1 / (2 * self.eta)) ** 2, {"mnpo_u": pairs.mean(u.detach()),
+                                                "mnpo_mix_gap": pairs.mean((d_hist - d_each[:, 0]).abs()),
+                                                "mnpo_distinct_iterates": d_pi.new_tensor(float(distinct))}

@@ -6,6 +6,7 @@ import random
 import torch
 from pydantic import Field
 
+from polo.core.model_prompts import ModelPrompts
 from polo.core.registry import ConfigError
 from polo.prompt_samplers.base import PROMPT_SAMPLERS, PromptSampler
 
@@ -21,7 +22,8 @@ class ParaphraseGroup(PromptSampler):
 
     The rewordings come from the task: an optional method ``paraphrases(example, k, rng) -> list[Example]``
     returning ``k`` examples that ask the same question in other words (same ``answer`` and columns; a
-    ``random.Random`` chooses the wording). ``word_problems`` has one (``polo.tasks.word_problem_paraphrases``).
+    ``random.Random`` chooses the wording). ``word_problems`` has one (``polo.tasks.word_problem_paraphrases``), and
+    ``longest_paraphrase(example)``, the longest rewording, which the context check reads.
     A task without it is refused on the first step, naming the task. The wording ``rng`` is seeded from the
     step's generator, which the run checkpoints, so a resumed run draws the same paraphrases; the sampler keeps
     no state of its own.
@@ -39,6 +41,23 @@ class ParaphraseGroup(PromptSampler):
     """Prompts per group (K), the original included when ``include_original``."""
     include_original: bool = True
     """The task's own wording is one of the K prompts (else K rewordings)."""
+
+    def model_prompts(self, key: str, query) -> list[ModelPrompts]:
+        """The rewordings this sampler writes, each followed by a response: each example's longest one where the task
+        says it (``longest_paraphrase(example)``), else one seeded draw of them (a task without ``paraphrases`` is
+        refused on the first step)."""
+        paraphrase = getattr(query.task, "paraphrases", None)
+        if paraphrase is None:
+            return []
+        longest = getattr(query.task, "longest_paraphrase", None)
+        if longest is not None:
+            prompts = [longest(example) for example in query.examples]
+        else:
+            rng = random.Random(0)
+            rewrites = self.k - self.include_original
+            prompts = [p for example in query.examples for p in paraphrase(example, rewrites, rng)]
+        return [ModelPrompts(f"{key}.{self.registry_name}", "the longest rewording", "the task's paraphrases",
+                             "shorten the task's problems", prompts, [(query.max_new, "response tokens")])]
 
     def collect(self, stream, generate, n_prompts, generator, components):
         task = components["engine"].settings.task

@@ -17,7 +17,9 @@ class LambdaMixAdvantage(GDPO):
     z-score in each group (unbiased std, ``eps``; GDPO's decoupled normalisation, a reward absent from a row
     counts 0 there), and ``λ[i]`` ``[B, M]`` is the preference vector the row was generated under (the engine
     draws one per prompt and writes it as the batch input ``lam``). Unlike GDPO the weights differ per row, so
-    a group's advantages rank its rollouts by the trade-off that group was asked for; ``whiten`` (default
+    a group's advantages rank its rollouts by the trade-off that group was asked for (logged: the spread of λ
+    over rows, ``lambdamix/lambda_std``, and the share of rows whose advantage sign differs from the equal-weight
+    mix ``mean_m Ẑ[i,m]``, ``lambdamix/sign_vs_equal``); ``whiten`` (default
     ``none``: the paper's plain weighted sum) optionally whitens the result over the batch as GDPO does.
 
     LambdaMix, reconstructed from its abstract (2026, no arXiv id found): one LoRA adapter per objective on a
@@ -43,4 +45,9 @@ class LambdaMixAdvantage(GDPO):
         if not bool(torch.isfinite(lam).all()):
             raise ValueError("advantage lambdamix: the preference vectors lam hold NaN or inf")
         keep = torch.ones(len(comp), dtype=torch.bool, device=comp.device)
-        return AdvantageResult(whiten_rows((comp * lam).sum(-1), batch.mask, keep, self.whiten))
+        mixed, equal = (comp * lam).sum(-1), comp.mean(-1)
+        decided = equal.abs() > 1e-6
+        flips = (torch.sign(mixed) != torch.sign(equal)) & decided
+        return AdvantageResult(whiten_rows(mixed, batch.mask, keep, self.whiten), diagnostics={
+            "lambdamix/lambda_std": float(lam.std(0, unbiased=False).mean()),
+            "lambdamix/sign_vs_equal": float(flips.sum() / decided.sum().clamp_min(1))})

@@ -43,17 +43,19 @@ def sample_gamma(alpha: float, n: int, generator: torch.Generator, dtype: torch.
     return out
 
 
-def set_scores(vectors: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
-    """Per rollout the set score ``R̂_i = mean_k max_s S_i[s]·w_k`` and ``[B, K]`` the best answer per draw.
+def set_scores(vectors: Tensor, weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per rollout the set score ``R̂_i = mean_k max_s S_i[s]·w_k``, and ``[B, K]`` the best answer's value and its
+    index per draw.
 
     ``vectors`` ``[B, M, D]``: the reward vectors of up to M answers (an all-NaN row is a missing answer, a NaN
     component of a present answer counts 0); ``weights`` ``[B, K, D]``: the draws of each rollout's group. A
-    rollout with no answer gets ``R̂ = 0`` and ``−inf`` as its best per draw.
+    rollout with no answer gets ``R̂ = 0`` and ``−inf`` as its best per draw. Ties go to the lowest index.
     """
     present = ~vectors.isnan().all(-1)  # [B, M]
     value = torch.einsum("bmd,bkd->bmk", vectors.nan_to_num(0.0), weights)
-    best = value.masked_fill(~present[..., None], -math.inf).amax(1)  # [B, K]
-    return torch.where(present.any(1), best.mean(-1), 0.0), best
+    value = value.masked_fill(~present[..., None], -math.inf)
+    best, choice = value.amax(1), value.argmax(1)  # [B, K]
+    return torch.where(present.any(1), best.mean(-1), 0.0), best, choice
 
 
 @ADVANTAGES.register("vpo")
@@ -76,7 +78,11 @@ class VPO(AdvantageEstimator):
     weights live on the tests its rollouts ran). VPO needs a reward that is a vector: on a task with one reward
     component every draw is the same and VPO reduces to a z-score of each answer set's best reward.
     Diagnostics: ``vpo/group_std`` (mean σ_g over rows), ``vpo/set_score`` (mean R̂), ``vpo/pool_best`` (mean over
-    groups of ``mean_k max_{i,s} S_i[s]·w_k``, the best the whole group reaches).
+    groups of ``mean_k max_{i,s} S_i[s]·w_k``, the best the whole group reaches) and
+    ``vpo/scalarization_disagreement``, the share of (rollout, draw) pairs whose best answer is another than under
+    the rollout's first draw: 0 when every set has one answer, or answers of which one is best on every component
+    (then the max over the set is a fixed answer and VPO is a linear scalarization), > 0 when the sets hold
+    answers that trade the components off.
     """
 
     paper = "Vector Policy Optimization: Training for Diversity Improves Test-Time Search (arXiv:2605.22817)"
@@ -155,7 +161,7 @@ class VPO(AdvantageEstimator):
         _, inv = torch.unique(batch.group, return_inverse=True)
         n = int(inv.max()) + 1 if inv.numel() else 0
         seen = segment_sum((~vectors.isnan()).any(1).to(mask.dtype), inv, n) > 0  # [G, D]
-        score, best = set_scores(vectors, self.group_weights(seen, mask.dtype)[inv])
+        score, best, choice = set_scores(vectors, self.group_weights(seen, mask.dtype)[inv])
         mean, std, count = group_moments(score, batch.group, std_kind="population", singleton="self_mean")
         std = torch.where(count > 1, std, 0.0)
         adv = torch.where(std >= self.eps, (score - mean) / (std + self.eps), 0.0)
@@ -164,5 +170,7 @@ class VPO(AdvantageEstimator):
         reached = pool.isfinite().all(-1)
         diagnostics = {"vpo/group_std": float(std.mean()) if len(std) else 0.0,
                        "vpo/set_score": float(score.mean()) if len(score) else 0.0,
-                       "vpo/pool_best": float(pool[reached].mean(-1).mean()) if reached.any() else 0.0}
+                       "vpo/pool_best": float(pool[reached].mean(-1).mean()) if reached.any() else 0.0,
+                       "vpo/scalarization_disagreement": float((choice != choice[:, :1]).to(mask.dtype).mean())
+                       if choice.numel() else 0.0}
         return AdvantageResult(adv[:, None] * mask, diagnostics=diagnostics)
