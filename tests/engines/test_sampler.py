@@ -5,11 +5,17 @@ import torch
 
 from transformers import DynamicCache
 
+from conftest import noisy_tiny_policy
 from polo.policy import TinyModelConfig, kv_cache, prefix
 from polo.policy.policy import build_tiny_policy
 from polo.engines.sampler import sample
 
 PROMPTS = ["hello", "a", "what is 2+3?", "xyz", "the quick brown fox", "7*6="]
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return noisy_tiny_policy()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+from conftest import noisy_tiny_policy
 from polo.core.aggregation import StepCounts, TokenMean
 from polo.core.batch import RolloutBatch
 from polo.core.losses import PPOClip
@@ -60,6 +61,11 @@ class ScriptedDecoder:
             nxt = self.next_text(text)
             out[i, self.policy.eos_token_id if nxt is None else tokenizer.convert_tokens_to_ids(nxt)] = 30.0
         return out
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return noisy_tiny_policy()
 
 
 @pytest.fixture
