@@ -12,7 +12,7 @@ from polo.core.advantages.base import AdvantageEstimator, AdvantageResult
 from polo.core.agent_primitives import group_norm
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
-from polo.core.segment import masked_whiten, segment_sum
+from polo.core.segment import group_rank, masked_whiten, segment_sum
 
 SIGN_TOL = 1e-8
 """A normalized component counts as positive above +SIGN_TOL, negative below −SIGN_TOL (GD²PO's code)."""
@@ -53,11 +53,20 @@ def order_changes(decoupled: Tensor, summed: Tensor, group: Tensor) -> float:
     """The share of same-group row pairs that ``decoupled`` (``S``) orders differently from ``summed`` (the
     weighted reward sum GRPO would normalize): ``sign(S_i − S_j) ≠ sign(r_i − r_j)``, over the pairs where either
     differs (beyond SIGN_TOL). 0 when the per-component normalization changes no ranking, i.e. when GDPO's
-    advantage orders every group as GRPO's would."""
-    same = (group[:, None] == group[None, :]).triu(1)
-    ds, dr = decoupled[:, None] - decoupled[None, :], summed[:, None] - summed[None, :]
-    sign_s = torch.where(ds.abs() > SIGN_TOL, ds.sign(), torch.zeros_like(ds))
-    sign_r = torch.where(dr.abs() > SIGN_TOL, dr.sign(), torch.zeros_like(dr))
+    advantage orders every group as GRPO's would. Compared in ``[groups, G, G]`` blocks (G: the largest group),
+    not over all ``B²`` row pairs."""
+    slot, inv, count = group_rank(torch.zeros_like(summed), group)  # each row's place in its group
+    G = int(count.max()) if len(count) else 0
+    grid = torch.full((int(inv.max()) + 1 if len(inv) else 0, G), -1, dtype=torch.long, device=group.device)
+    grid[inv, slot] = torch.arange(len(group), device=group.device)  # [groups, G] row ids, -1 past a group's end
+    rows = grid.clamp_min(0)
+    same = ((grid[:, :, None] >= 0) & (grid[:, None, :] >= 0)).triu(1)  # each same-group pair once
+
+    def signs(x: Tensor) -> Tensor:
+        d = x[rows][:, :, None] - x[rows][:, None, :]
+        return torch.where(d.abs() > SIGN_TOL, d.sign(), torch.zeros_like(d))
+
+    sign_s, sign_r = signs(decoupled), signs(summed)
     ranked = same & ((sign_s != 0) | (sign_r != 0))
     return float(((sign_s != sign_r) & ranked).sum() / ranked.sum().clamp_min(1))
 
