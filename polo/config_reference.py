@@ -112,7 +112,22 @@ def resolved_keys(recipe: Recipe) -> list[tuple[Key, Any]]:
         cls = ENVIRONMENTS.get(env["name"])
         described["task.env.name"] = Key("task.env.name", ENVIRONMENTS.kind, None, summary(cls))
         described.update({k.key: k for k in keys(cls, "task.env.")})
-    return [(described.get(k, Key(k, "", None, "")), v) for k, v in flatten_tree(tree).items()]
+    return [(_described(described, k), v) for k, v in flatten_tree(tree).items()]
+
+
+def _described(described: dict[str, Key], key: str) -> Key:
+    """``key``'s description: its own, or for an entry of a mapping setting (``engine.tree.composites.s2``) the
+    mapping's (``engine.tree.composites``); an undescribed Key otherwise."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        found = described.get(".".join(parts[:n]))
+        if found is not None:
+            if n == len(parts):
+                return found
+            if found.type.startswith("dict"):
+                return Key(key, found.type, None, found.description)
+            break
+    return Key(key, "", None, "")
 
 
 def _default_name(key: str, registry: Registry) -> str | None:

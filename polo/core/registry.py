@@ -181,7 +181,8 @@ class Registry(Generic[C]):
         except ValidationError as err:
             problems = "; ".join(
                 unknown_key(cls, e["loc"], f"{key}.", f"{key} {config['name']}") if e["type"] == "extra_forbidden"
-                else f"{key}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']} (got {e.get('input')!r})" if e["loc"]
+                else f"{key}.{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')} "
+                     f"(got {e.get('input')!r})" if e["loc"]
                 else f"{key} {config['name']}: {e['msg'].removeprefix('Value error, ')}"
                 for e in err.errors()
             )

@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 
-def check_template(template: str, fields: tuple[str, ...]) -> str:
-    """``template`` if it formats with exactly ``fields`` and uses each of them (a pydantic validator's
-    ValueError otherwise, naming the template and the fields)."""
+def check_template(template: str, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> str:
+    """``template`` if it formats with ``fields`` and ``optional`` and uses each of ``fields`` (a pydantic
+    validator's ValueError otherwise, naming the template and the fields)."""
     try:
-        template.format(**dict.fromkeys(fields, ""))
+        template.format(**dict.fromkeys((*fields, *optional), ""))
     except (KeyError, IndexError, ValueError) as err:
-        raise ValueError(f"template {template!r} may use only the fields {{{'}, {'.join(fields)}}} (write a "
-                         f"literal brace as {{{{ or }}}}): {type(err).__name__}: {err}") from None
+        raise ValueError(f"template {template!r} may use only the fields {{{'}, {'.join((*fields, *optional))}}} "
+                         f"(write a literal brace as {{{{ or }}}}): {type(err).__name__}: {err}") from None
     missing = [f for f in fields if "{" + f + "}" not in template]
     if missing:
         raise ValueError(f"template {template!r} lacks the field(s) {', '.join(missing)}")

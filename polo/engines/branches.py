@@ -1,17 +1,21 @@
 """Rollout trees of the ``multi_turn`` engine: the ``Brancher`` component and its registry ``BRANCHERS``.
 
 A brancher grows a step's tree from its played root episodes (``engine: {name: multi_turn, tree: {name: NAME,
-...settings}}``): it picks branch points, builds the branches (``Episode.branch`` replays a root's earlier
-turns in a fresh environment, so a branch owns only the turns it samples), plays them with the engine and adds
-them to the ``Tree``. The engine knows no brancher by name: it calls ``grow`` once per step, asks the sampler for
-per-token entropy when the brancher ``reads_entropy``, adds the brancher's ``roles()`` to its own and writes every
-input of ``writes`` on every row (the brancher's value where it set one, the declared default elsewhere).
+...settings}}``): it picks branch points, builds the branches (``Episode.branch`` puts a fresh environment in the
+root's state there, so a branch owns only the turns it samples), plays them with the engine and adds them to the
+``Tree``. While the roots play, the engine keeps a snapshot of each state the brancher's ``branch_point`` names
+(every state unless it says otherwise), and a branch restores it; an environment without snapshots is replayed
+if it declares itself deterministic, and refused before any work otherwise. The engine knows no brancher by name:
+it calls ``grow`` once per step, asks the sampler for per-token entropy when the brancher ``reads_entropy``, adds
+the brancher's ``roles()`` to its own and writes every input of ``writes`` on every row (the brancher's value
+where it set one, the declared default elsewhere).
 
 The built-in branchers are each one method's, so each lives in its method folder
 (``polo/methods/{opo_observation,cipo,reflectpo,appo}/brancher.py``, discovered on first lookup); a plugin registers more with ``@BRANCHERS.register("name")``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -26,7 +30,8 @@ class Player(Protocol):
     settings: Any
 
     def play(self, policy, episodes: list[Episode], generator, greedy: bool, *, max_turns: int | None = None,
-             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False) -> list[dict]: ...
+             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False,
+             keep: Callable[[Episode, str], bool] | None = None) -> list[dict]: ...
 
 
 class Brancher(Component):
@@ -45,6 +50,12 @@ class Brancher(Component):
     def roles(self) -> set[str]:
         """Model roles it reads besides the policy (``EngineSetup.models``)."""
         return set()
+
+    def branch_point(self, episode: Episode, action: str) -> bool:
+        """Whether the state ``episode`` is in, about to take ``action`` (after ``len(episode.history)`` turns),
+        may be a branch point: the engine keeps it while the roots play (``Episode.keep_state``); every state
+        by default."""
+        return True
 
     def grow(self, engine: Player, policy, tree: Tree, generator: torch.Generator) -> None:
         """Add this step's branches (episodes, decoding calls, groups, per-row inputs) to ``tree``."""

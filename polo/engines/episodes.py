@@ -1,10 +1,13 @@
 """Episodes of a text environment as the multi-turn engine plays them, and the host-side record of each turn.
 
 An ``Episode`` holds a live environment, the (action, observation) history the policy's context is rendered
-from, and its return. ``Episode.start`` begins a root episode; ``Episode.branch`` re-creates the state after
-some turns of another episode by replaying its actions in a fresh environment (environments are
-deterministic given the seed and the actions), so a branch continues from that state without the copied
-turns becoming rows of its own: the parent owns them (the prefix-ownership rule of rollout trees).
+from, and its return. ``Episode.start`` begins a root episode; ``Episode.branch`` puts a fresh environment in
+the state another episode was in after some turns, so a branch continues from that state without the copied
+turns becoming rows of its own: the parent owns them (the prefix-ownership rule of rollout trees). The state
+is restored from the snapshot the parent kept there while it played (``keep_state``: the engine keeps one at
+each turn its brancher may branch at, and none in a run without a tree); only an environment that offers no
+snapshot and declares itself ``deterministic`` has it re-created by replaying the parent's actions from the
+seed. An environment with neither is refused (``check_restorable``) before any episode is played.
 
 A ``TurnRecord`` is one played turn on the host side: the context the policy read (text, or chat messages
 for a chat-template checkpoint), the action, the observation, the environment's ``info`` (validity, tool
@@ -20,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from polo.core.registry import ConfigError
 from polo.envs import Environment
 from polo.tasks.base import Example
 
@@ -66,8 +70,11 @@ class Episode:
     parent: int = -1
     depth: int = 0
     first_step: int = 0
-    """Turns replayed from the parent (not rows of this episode)."""
+    """Turns copied from the parent (not rows of this episode)."""
     records: list[TurnRecord] = field(default_factory=list)
+    states: dict[int, tuple[Any, float] | None] = field(default_factory=dict)
+    """Branch points kept while playing (``keep_state``): turns played → the environment's snapshot and the
+    return so far, or None where the environment offers no snapshot (a branch from there replays)."""
 
     @classmethod
     def start(cls, env: Environment, seed: int, traj: int) -> "Episode":
@@ -77,27 +84,49 @@ class Episode:
     @classmethod
     def branch(cls, env: Environment, parent: "Episode", turns: int, traj: int,
                replace_last: str | None = None, hint: str | None = None) -> "Episode":
-        """The state of ``parent`` after its first ``turns`` turns, replayed in ``env``; with ``replace_last``
-        the last replayed turn takes that action instead of the parent's (a counterfactual); ``hint`` is
-        appended to the last replayed observation as the branch's context shows it (a HINT: the environment's
-        state, and so the anchors, do not change)."""
-        actions = [a for a, _ in parent.history[:turns]]
-        if turns > len(actions):
-            raise ValueError(f"episode {parent.traj} has {len(actions)} turns; cannot branch after {turns}")
+        """The state of ``parent`` after its first ``turns`` turns, in ``env`` (a fresh environment built like the
+        parent's): restored from the state the parent kept there, or replayed from the seed when it kept none and
+        the environment is deterministic. With ``replace_last`` the last of those turns takes that action instead
+        of the parent's (a counterfactual: the state before it is restored, then the action is played);
+        ``hint`` is appended to the last copied observation as the branch's context shows it (a HINT: the
+        environment's state, and so the anchors, do not change)."""
+        if turns > len(parent.history):
+            raise ValueError(f"episode {parent.traj} has {len(parent.history)} turns; cannot branch after {turns}")
+        if replace_last is not None and not turns:
+            raise ValueError("a counterfactual branch replaces an action: branch after at least one turn")
+        before = turns - (replace_last is not None)
+        episode = cls(env, parent.seed, traj, parent=parent.traj, depth=parent.depth + 1, first_step=turns)
+        episode._enter(parent, before)
         if replace_last is not None:
-            if not actions:
-                raise ValueError("a counterfactual branch replaces an action: branch after at least one turn")
-            actions[-1] = replace_last
-        episode = cls.start(env, parent.seed, traj)
-        episode.parent, episode.depth, episode.first_step = parent.traj, parent.depth + 1, turns
-        for action in actions:
-            episode.apply(action)
+            episode.apply(replace_last)
         if hint:
             if not episode.history:
                 raise ValueError("a hint is appended to an observation: branch after at least one turn")
             action, observation = episode.history[-1]
             episode.history[-1] = (action, f"{observation}, {hint}")
         return episode
+
+    def _enter(self, parent: "Episode", turns: int) -> None:
+        """Put this new episode's environment in ``parent``'s state after ``turns`` turns, with that history and
+        return: the kept snapshot, else a replay (a deterministic environment only)."""
+        kept = parent.states.get(turns)
+        if kept is not None:
+            state, self.episode_return = kept
+            self.env.restore(state)
+            self.history = list(parent.history[:turns])
+            return
+        check_restorable(self.env, f"a branch of episode {parent.traj}")
+        if not self.env.deterministic:
+            raise ValueError(f"episode {parent.traj} kept no state after {turns} turns and {self.env.name} is not "
+                             f"deterministic (no replay): the brancher's branch_point must keep that state")
+        self.env.reset(parent.seed)
+        for action, _ in parent.history[:turns]:
+            self.apply(action)
+
+    def keep_state(self) -> None:
+        """Keep the state now (after ``len(history)`` turns) as a branch point: the environment's snapshot and the
+        return so far, or only the point when the environment offers no snapshot (a deterministic one replays)."""
+        self.states[len(self.history)] = (self.env.snapshot(), self.episode_return) if self.env.can_snapshot else None
 
     def apply(self, action: str):
         """Step the environment with ``action``; record it in the history and the return."""
@@ -115,10 +144,19 @@ class Episode:
         return self.env.success
 
     def gold(self) -> str | None:
-        try:
-            return str(self.env.gold)
-        except NotImplementedError:
-            return None
+        """The environment's gold answer as text; None when it has none."""
+        gold = self.env.gold
+        return None if gold is None else str(gold)
+
+
+def check_restorable(env: Environment, who: str) -> None:
+    """Refuse, in one line naming ``env`` and what it must offer, an environment whose earlier states ``who``
+    cannot re-create: one with no ``snapshot()``/``restore()`` that does not declare itself ``deterministic``."""
+    if not (env.can_snapshot or env.deterministic):
+        raise ConfigError(f"{who} restores earlier states of environment {env.name}, which offers neither "
+                          "snapshot()/restore() nor deterministic = True: add snapshot()/restore() (or copyable = "
+                          "True when a deep copy of its private attributes is its state), or declare deterministic "
+                          "= True when the same seed and actions always give the same state")
 
 
 @dataclass

@@ -4,7 +4,9 @@ Every example of the ``environment`` task is one episode seed. Its G episodes st
 each turn the contexts of all live episodes (``task.context``: the rendered history window, or chat messages
 with user, assistant and tool roles for a chat-template checkpoint) are encoded and decoded in one batched
 sampler call (episodes whose contexts are equal share one prefill: the KV cache of a shared prefix is
-computed once), each action is cut at the environment's stop string, and the environments step. An episode
+computed once), each action is cut at the environment's stop string (or read as a tool call, for a chat template
+and an environment with tools) and only its tokens stay trainable (polo.engines.actions), and the environments
+step. An episode
 ends when its environment terminates or truncates (``turn_limit``).
 
 The batch is the step-row view: one row per (episode, turn), prompt = that turn's context, response = the
@@ -19,27 +21,32 @@ the environment reports (``judge``, ``ev``, ``uses_support``/``uses_failed``, ``
 ``memory_relevance``). ``Rollouts.turns`` holds the host-side ``TurnRecord`` of every row.
 
 Rollout trees (``polo.engines.branches``): ``tree: {name: NAME, ...}`` names a registered brancher that grows
-each step's tree from the played root episodes (built in: polo/methods/NAME/brancher.py). A branch replays its
-parent's earlier turns in a fresh environment and owns only the turns it samples; ``batch.parent`` is the parent
-trajectory (−1 for roots) and ``depth`` its depth; the brancher's own per-row inputs (its ``writes``) are written
-on every row.
+each step's tree from the played root episodes (built in: polo/methods/NAME/brancher.py). A branch starts from
+its parent's state at the branch point (the snapshot kept while the roots played, at the turns the brancher's
+``branch_point`` names; a replay only for a deterministic environment without snapshots) and owns only the turns
+it samples; ``batch.parent`` is the parent trajectory (−1 for roots) and ``depth`` its depth; the brancher's own
+per-row inputs (its ``writes``) are written on every row.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field, field_serializer, model_validator
+from pydantic import Field, PrivateAttr, field_serializer, model_validator
 from torch import Tensor
 
 from polo.core.agent_primitives import anchor_ids
 from polo.core.batch import RolloutBatch
 from polo.core.registry import ConfigError
 from polo.policy.inputs import pad_sequences
+from polo.engines.actions import take_actions
 from polo.engines.branches import BRANCHERS, Brancher, TreeInputs, tree_from_engine_keys
 from polo.engines.base import ENGINES, Engine, EngineSetup, Rollouts
-from polo.engines.episodes import Episode, Tree, TurnRecord
+from polo.engines.episodes import Episode, Tree, TurnRecord, check_restorable
+from polo.engines.tool_calls import check_renders_tools
+from polo.tasks.agent_context import ContextFit
 from polo.tasks.base import Example
 
 ORACLES = {"judge": "judge_score", "ev": "ev", "hint": "hint", "memory_write": "memory_write",
@@ -83,6 +90,9 @@ class MultiTurn(Engine):
     """The rollout tree grown from each step's root episodes: a registered brancher, ``{name: NAME, ...settings}``
     (polo.engines.branches); None: root episodes only."""
 
+    _fit: ContextFit | None = PrivateAttr(None)
+    """How the policy being played measures a context (set by ``play``), for the task's token budget."""
+
     @model_validator(mode="before")
     @classmethod
     def _build_tree(cls, data):
@@ -106,6 +116,8 @@ class MultiTurn(Engine):
         if setup.reward_specs:
             raise ConfigError(f"engine multi_turn: the environment's rewards are the episode's return; remove the "
                               f"recipe's rewards ({', '.join(s.name for s in setup.reward_specs)})")
+        if self.tree is not None:
+            check_restorable(setup.task.make_env(), f"engine.tree {self.tree.registry_name}")
         super().setup(setup)
 
     def rollout(self, policy, examples: list[Example], prompt_index: list[int], generator: torch.Generator, *,
@@ -114,7 +126,8 @@ class MultiTurn(Engine):
         groups = [i for i in range(len(examples)) for _ in range(G)]
         episodes = self.start([examples[i].columns["seed"] for i in groups])
         calls = self.play(policy, episodes, generator, greedy,
-                          entropy=self.tree is not None and self.tree.reads_entropy)
+                          entropy=self.tree is not None and self.tree.reads_entropy,
+                          keep=self.tree.branch_point if self.tree is not None else None)
         tree = Tree(episodes, calls, {ep.traj: g for ep, g in zip(episodes, groups)})
         if self.tree is not None:
             self.tree.grow(self, policy, tree, generator)
@@ -131,33 +144,46 @@ class MultiTurn(Engine):
         return [Episode.start(task.make_env(), seed, i) for i, seed in enumerate(seeds)]
 
     def play(self, policy, episodes: list[Episode], generator, greedy: bool, *, max_turns: int | None = None,
-             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False) -> list[dict]:
+             action_prefix: dict[int, str | list[int]] | None = None, entropy: bool = False,
+             keep: Callable[[Episode, str], bool] | None = None) -> list[dict]:
         """Play ``episodes`` in lock-step until they end (or for ``max_turns`` turns). ``action_prefix`` forces
         the start of an episode's first action, as text or token ids (a token-offset branch: the prefix is not
-        sampled and not trainable). Returns one dict per decoding call: its ``prompt_ids``/``prompt_mask``, the sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
+        sampled and not trainable). Before an episode takes an action, its state is kept as a branch point
+        (``Episode.keep_state``) when ``keep(episode, action)``.
+        Returns one dict per decoding call: its ``prompt_ids``/``prompt_mask``, the sampler output ``out`` (with the forced prefix as masked leading response tokens) and the new
         ``records``; each episode also gets its records."""
         s = self.settings
         chat = bool(getattr(policy, "chat_template", False))
         context_limit = getattr(policy.hf_model.config, "max_position_embeddings", None)
         forced = dict(action_prefix or {})
+        self._fit = ContextFit(lambda context: int(policy.encode_prompts([context])[0].shape[1]), context_limit,
+                               s.max_new_tokens)
         calls, turn = [], 0
         live = [ep for ep in episodes if not ep.done]
         while live and (max_turns is None or turn < max_turns):
             contexts = [self.context(ep, chat) for ep in live]
+            schemas = next((c.tools for c in contexts if isinstance(c, Example) and c.tools), None)
+            if schemas is not None and turn == 0:
+                check_renders_tools(policy.tokenizer, schemas)
             ids, mask = policy.encode_prompts(contexts)
             prefixes = [self._prefix_ids(policy, forced.pop(ep.traj, [])) for ep in live]
             if context_limit is not None and ids.shape[1] + s.max_new_tokens > context_limit:
-                raise ConfigError(f"engine multi_turn: a context of {ids.shape[1]} tokens plus {s.max_new_tokens} "
-                                  f"action tokens exceeds the model's {context_limit} positions: lower "
-                                  f"task.history_window or raise model.tiny.max_position_embeddings")
+                longest = int(mask.sum(1).argmax())
+                raise ConfigError(f"engine multi_turn: turn {len(live[longest].history)} of seed {live[longest].seed} "
+                                  f"has a context of {ids.shape[1]} tokens; with {s.max_new_tokens} action tokens it "
+                                  f"exceeds the model's {context_limit} positions: set task.context_tokens (model: "
+                                  f"the oldest turns are dropped to fit), lower task.history_window or raise "
+                                  f"model.tiny.max_position_embeddings")
             out = self._sample(policy, ids, mask, prefixes, generator, greedy, entropy)
             texts = policy.decode(out.response_ids, out.response_mask)
             contexts, ids, mask, out, texts = self.review(policy, live, contexts, ids, mask, prefixes, out, texts,
                                                           generator, greedy, entropy)
+            actions = take_actions(policy, [ep.env for ep in live], contexts, ids, mask, prefixes, out, texts)
             records = []
-            for ep, context, ids_, text in zip(live, contexts, prefixes, texts):
+            for ep, context, ids_, action in zip(live, contexts, prefixes, actions):
                 prefix = policy.tokenizer.decode(ids_, skip_special_tokens=True) if ids_ else ""
-                action = (prefix + text).split(ep.env.action_stop)[0].strip()
+                if keep is not None and keep(ep, action):
+                    ep.keep_state()
                 result = ep.apply(action)
                 record = TurnRecord(ep.traj, len(ep.history) - 1, context, action, result.observation, result.reward,
                                     result.info, ep.seed, ep.env.prompt, ep.gold(), ep.env.probe_prefix,
@@ -172,7 +198,7 @@ class MultiTurn(Engine):
     def context(self, episode: Episode, chat: bool) -> str | Example:
         """What the policy reads before ``episode``'s next action: the task's rendering (an outer loop that
         changes what surrounds the policy, an instruction or a harness, overrides it)."""
-        return self.settings.task.context(episode.env, episode.history, chat=chat)
+        return self.settings.task.context(episode.env, episode.history, chat=chat, fit=self._fit)
 
     def review(self, policy, live: list[Episode], contexts: list, ids: Tensor, mask: Tensor, prefixes: list[list[int]],
                out, texts: list[str], generator, greedy: bool, entropy: bool):

@@ -1,18 +1,25 @@
 """The text-environment contract: ``reset(seed) -> observation``, ``step(action) -> StepResult``.
 
 An environment is a pydantic component whose fields are its knobs; the episode's state lives in private
-attributes. All randomness of an episode comes from one ``random.Random(seed)`` made in ``reset`` (no global
-RNG), so the same seed and the same actions give the same transcript. Every ``info`` holds ``valid`` (the
+attributes. In polo's environments all randomness of an episode comes from one ``random.Random(seed)`` made in
+``reset`` (no global RNG), so the same seed and the same actions give the same transcript: they declare themselves
+``deterministic``, and ``copyable`` (``snapshot()`` deep-copies the private attributes, ``restore(state)`` puts them
+back). Rollout trees restore a branch point's state with ``snapshot``/``restore``; only a deterministic environment
+without them has the state re-created by replaying its actions. Every ``info`` holds ``valid`` (the
 action parsed), ``tool_error`` (a well-formed call that found nothing), ``anchor_obs`` (the observation the
 action was taken in: the state text that GiGPO-style grouping hashes with ``obs_hash``) and the
 environment's oracles. An episode ends when it is terminated (a terminal state) or truncated (the turn
-limit reached first); stepping it again is an error. ``expert()`` is the scripted policy's action in the
-current state and ``gold`` a training-only oracle (the answer). An environment that runs programs
+limit reached first); stepping it again is an error. Optional, for the methods that read them: ``gold``, a
+training-only oracle (the answer; None when the environment has none), ``expert()``, the scripted policy's action in
+the current state, ``valid_actions()``, for random exploration, and the oracles in ``info``; an environment
+without one has ``gold`` None, an ``expert()`` or ``valid_actions()`` that raises NotImplementedError, or no such
+``info`` key. An environment that runs programs
 (``runs_programs``) receives its code sandbox, a ``ProgramTester``, from whoever builds it: polo.envs imports
 nothing from polo.tasks, where the sandbox lives (polo.tasks.environment passes it).
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import random
 from collections.abc import Callable, Sequence
@@ -22,6 +29,7 @@ from pydantic import PrivateAttr
 
 from polo.core.registry import Component
 from polo.envs.render import render_context
+from polo.envs.tools import ToolSpec, call_function
 
 
 ProgramTester = Callable[[str, Sequence[tuple[tuple[Any, ...], Any]], str], list[bool]]
@@ -62,7 +70,7 @@ class Environment(Component):
     """Base class of text environments; subclasses are registered with ``@register_environment(name)``.
 
     A subclass implements ``_generate(rng)`` (draw the episode, return the first observation),
-    ``_transition(action)``, ``expert()``, ``gold``, ``valid_actions()`` and ``turn_limit``.
+    ``_transition(action)`` and ``turn_limit``; optionally ``gold``, ``expert()`` and ``valid_actions()``.
     """
 
     registry_name: ClassVar[str] = ""
@@ -76,6 +84,12 @@ class Environment(Component):
     """The uninformative observation that stands in for a real one in InfoPO's counterfactual context."""
     runs_programs: ClassVar[bool] = False
     """Whether the environment runs programs: ``make(config, sandbox=tester)`` then builds it with ``sandbox``."""
+    deterministic: ClassVar[bool] = False
+    """Whether the same seed and the same actions always lead to the same state (all randomness from ``reset``'s
+    ``random.Random(seed)``, no side effects): a state may then be re-created by replaying its actions."""
+    copyable: ClassVar[bool] = False
+    """Whether a deep copy of the private attributes is a faithful snapshot of the episode's state (plain Python
+    data, no handle to a process, file or server): ``snapshot``/``restore`` then copy them."""
 
     _prompt: str | None = PrivateAttr(None)
     _obs: str = PrivateAttr("")
@@ -111,8 +125,8 @@ class Environment(Component):
 
     @property
     def gold(self) -> Any:
-        """Training-only oracle of the episode (the answer)."""
-        raise NotImplementedError(f"{self.name} has no gold answer")
+        """Training-only oracle of the episode (the answer); None: the environment has no gold answer."""
+        return None
 
     def reset(self, seed: int) -> str:
         """Start the episode of ``seed``; returns its first observation."""
@@ -135,6 +149,27 @@ class Environment(Component):
         info = {"valid": out.valid, "tool_error": out.tool_error, "anchor_obs": anchor, **out.oracles}
         return StepResult(out.observation, float(out.reward) + 0.0, out.terminated, truncated, info)  # + 0.0: no -0.0
 
+    @property
+    def can_snapshot(self) -> bool:
+        """Whether ``snapshot``/``restore`` work: the environment is ``copyable`` or overrides them."""
+        return self.copyable or type(self).snapshot is not Environment.snapshot
+
+    def snapshot(self) -> Any:
+        """The episode's state now, for ``restore`` (a deep copy of the private attributes when ``copyable``).
+        An override returns whatever its ``restore`` reads; one state may be restored many times, in fresh
+        environments built like this one, and none of them may change it."""
+        if not self.copyable:
+            raise NotImplementedError(f"{self.name} offers no snapshot(): implement snapshot()/restore(), or set "
+                                      "copyable = True when a deep copy of its private attributes is its state")
+        return copy.deepcopy(self.__pydantic_private__)
+
+    def restore(self, state: Any) -> None:
+        """Put the episode in ``state`` (from ``snapshot``): it continues from there, nothing replayed."""
+        if not self.copyable:
+            raise NotImplementedError(f"{self.name} offers no restore(): implement snapshot()/restore(), or set "
+                                      "copyable = True when a deep copy of its private attributes is its state")
+        self.__pydantic_private__.update(copy.deepcopy(state))
+
     def render(self, history: Sequence[tuple[str, str]], window: int = 4) -> str:
         """The policy's context for the current state (``render_context`` unless a variant says otherwise)."""
         return render_context(self.prompt, history, window)
@@ -144,6 +179,17 @@ class Environment(Component):
         """Whether ``render`` shows the prompt and past turns as they happened (``render_context``), so a chat
         template may lay them out as user, assistant and tool messages instead."""
         return True
+
+    def tools(self) -> list[ToolSpec]:
+        """The actions as tools for a chat checkpoint's function calling (``polo.envs.tools``): documented functions
+        returning the action text a call stands for, or JSON schemas (then override ``tool_action``); none by
+        default, and then a chat checkpoint writes action text as the built-in model does."""
+        return []
+
+    def tool_action(self, name: str, arguments: dict[str, Any]) -> str | None:
+        """The action text of a call of tool ``name`` with ``arguments``; None when no tool takes that call (by
+        default: the function tool of that name, called with them)."""
+        return call_function(self.tools(), name, arguments)
 
     def expert(self) -> str:
         """The scripted expert's action in the current state."""

@@ -99,6 +99,8 @@ class CodeFix(Environment):
     """
 
     provenance = "RECONSTRUCTED"
+    deterministic: ClassVar[bool] = True
+    copyable: ClassVar[bool] = True
     max_action_chars: ClassVar[int] = 16
     """Four edit commands (three with ``//``)."""
     runs_programs: ClassVar[bool] = True

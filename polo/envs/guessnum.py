@@ -42,10 +42,13 @@ class GuessNum(Environment):
     clipped to [0, 1]). The expert asks ``c?`` once, then ``>c?`` with ``c`` the candidate at index
     ``(count - 1) // 2`` until one candidate is left, which it guesses. ``gold`` is x as text (the answer
     probe is ``"=" + gold``). With ``teacher_hints`` a wrong guess is answered ``"u: wrong, hint: ..."``
-    (``hint`` oracle 1.0), the template teacher of SOPO ("Socratic-guided Policy Optimization").
+    (``hint`` oracle 1.0), the template teacher of SOPO ("Socratic-guided Policy Optimization"); with
+    ``hint_text`` false the turn is only flagged and the ``socratic`` engine's teacher writes the hint.
     """
 
     provenance = "RECONSTRUCTED"
+    deterministic: ClassVar[bool] = True
+    copyable: ClassVar[bool] = True
     probe_prefix: ClassVar[str | None] = "="
     placeholder: ClassVar[str] = "u: ??"
 
@@ -56,6 +59,9 @@ class GuessNum(Environment):
     teacher_hints: bool = False
     """A wrong guess is answered with a Socratic teacher hint (``hint`` oracle 1.0) that points at what to
     ask next without giving the number: the kind of number if not yet asked, else a bisecting question."""
+    hint_text: bool = True
+    """With ``teacher_hints``, write the template hint into the observation; false: only flag the turn (``hint``
+    oracle 1.0, observation ``"u: wrong"``) and leave the text to the engine's teacher."""
 
     _cls: str = PrivateAttr("")
     _x: int = PrivateAttr(0)
@@ -99,11 +105,11 @@ class GuessNum(Environment):
         bits = math.log2(before) - math.log2(len(self._candidates))
         judge = min(1.0, max(0.0, bits / math.log2(self.N)))
         return out._replace(oracles={"ig_bits": bits, "judge_score": judge, "candidates": tuple(self._candidates),
-                                     "hint": float(self.teacher_hints and bool(guess) and not out.success)})
+                                     "hint": float(self.teacher_hints and out.observation.startswith("u: wrong"))})
 
     def _hint(self) -> str:
-        """The teacher's hint after a wrong guess (empty without ``teacher_hints``)."""
-        if not self.teacher_hints:
+        """The template teacher's hint after a wrong guess (empty without ``teacher_hints`` or ``hint_text``)."""
+        if not (self.teacher_hints and self.hint_text):
             return ""
         if not self._asked:
             return ", hint: ask about the kind of number"

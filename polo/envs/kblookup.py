@@ -24,6 +24,42 @@ def words_of(text: str) -> list[str]:
     return WORD.findall(text.lower())
 
 
+def search(name: str) -> str:
+    """Look an entity up in the knowledge base: its friend, city and pet, or none for an unknown name.
+
+    Args:
+        name: The entity's name, as the question or an earlier search result spells it.
+    """
+    return f"s:{name}"
+
+
+def answer(value: str) -> str:
+    """Give the final answer to the question; this ends the episode.
+
+    Args:
+        value: The answer: one name, city or pet.
+    """
+    return f"a:{value}"
+
+
+def note(text: str) -> str:
+    """Replace the memory with a note of at most 24 characters.
+
+    Args:
+        text: The note to keep.
+    """
+    return f"m:{text}"
+
+
+def search2(name: str) -> str:
+    """Look an entity up, then its friend, in one turn.
+
+    Args:
+        name: The entity's name.
+    """
+    return f"s2:{name}"
+
+
 @register_environment("KBLookup-v0")
 class KBLookup(Environment):
     """Multi-hop lookup: search entities with ``s:<name>``, answer with ``a:<value>``; +1 for the right answer.
@@ -47,9 +83,13 @@ class KBLookup(Environment):
     (``s2:`` for both at once with skills), writes ``"<entity> <c|p>=<gold>"`` to memory (memory variant),
     then answers. A memory write also reports ``memory_write`` (1.0), ``memory_before`` (the memory it
     replaced), ``memory_after`` and ``memory_relevance`` (``relevance``). The answer probe is ``"a:" + gold``.
+    Its tools, for a chat checkpoint's function calling (``tools()``): ``search(name)`` and ``answer(value)``, with
+    memory ``note(text)``, with skills ``search2(name)``, each giving the action text above.
     """
 
     provenance = "RECONSTRUCTED"
+    deterministic: ClassVar[bool] = True
+    copyable: ClassVar[bool] = True
     max_action_chars: ClassVar[int] = 2 + MEMORY_CHARS
     """The longest action: a memory write ``m:`` of 24 characters."""
     probe_prefix: ClassVar[str | None] = "a:"
@@ -191,6 +231,10 @@ class KBLookup(Environment):
     @property
     def plain_history(self) -> bool:
         return not self.memory
+
+    def tools(self) -> list:
+        """``search`` and ``answer``; ``note`` with memory, ``search2`` with skills (each gives its action text)."""
+        return [search, answer, *([note] if self.memory else []), *([search2] if self.skills else [])]
 
     def expert(self) -> str:
         self._check_open()

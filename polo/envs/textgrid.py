@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PrivateAttr
 
@@ -35,6 +35,8 @@ class TextGrid(Environment):
     """
 
     provenance = "RECONSTRUCTED"
+    deterministic: ClassVar[bool] = True
+    copyable: ClassVar[bool] = True
 
     H: int = Field(5, ge=3, le=20)
     """Rows of the grid."""

@@ -1,4 +1,5 @@
-"""Whole episodes: ``play(env, seed, policy_fn, window)`` and the ε-noisy scripted expert that makes warm-start data.
+"""Whole episodes: ``play(env, seed, policy_fn, window)``, the ε-noisy scripted expert that makes warm-start data and
+the random policy that explores an environment without an expert.
 
 A policy is a callable ``policy_fn(env, context) -> action``: it sees the environment (the scripted policies
 read its oracles) and the rendered context (what a language model sees).
@@ -56,3 +57,21 @@ def noisy_expert(epsilon: float, rng: random.Random) -> PolicyFn:
         return rng.choice(env.valid_actions()) if rng.random() < epsilon else env.expert()
 
     return policy
+
+
+def random_policy(rng: random.Random) -> PolicyFn:
+    """A policy that takes a random element of ``env.valid_actions()`` at each step (one ``rng.choice`` per step)."""
+
+    def policy(env: Environment, context: str) -> str:
+        return rng.choice(env.valid_actions())
+
+    return policy
+
+
+def has_expert(env: Environment) -> bool:
+    """Whether the started episode of ``env`` has a scripted expert (its ``expert()`` answers)."""
+    try:
+        env.expert()
+    except NotImplementedError:
+        return False
+    return True

@@ -26,7 +26,8 @@ from polo.inputs.base import ProviderContext, register_provider
 from polo.tasks.base import Example
 
 
-def _records(rollouts, name: str) -> list[TurnRecord]:
+def turn_records(rollouts, name: str) -> list[TurnRecord]:
+    """The ``TurnRecord`` of every step row; ValueError naming input ``name`` when the engine wrote none."""
     if rollouts.turns is None:
         raise ValueError(f"input {name!r} probes multi-turn rows: use engine: {{name: multi_turn}}")
     return rollouts.turns
@@ -58,21 +59,42 @@ def _probe_parts(records: list[TurnRecord], name: str) -> None:
                          f"probe_prefix); the episode of seed {bad.seed} has none")
 
 
-@register_provider("gold_logp")
+def answer_probe_missing(task) -> str | None:
+    """What an environment task lacks for the answer probe (a gold answer and a ``probe_prefix``), read off one
+    episode before any work; None when it has both, or is no environment task (``turn_records`` then refuses)."""
+    if not hasattr(task, "make_env"):
+        return None
+    env = task.make_env()
+    env.reset(0)
+    if env.gold is None:
+        return (f"environment {env.name} has no gold answer (its gold is None): give it a gold property, or use a "
+                f"method that reads no gold answer")
+    if env.probe_prefix is None:
+        return (f"environment {env.name} has no probe_prefix (the text after which the policy states its answer): "
+                f"give it one, or use a method that reads no answer probe")
+    return None
+
+
+@register_provider("gold_logp", check=answer_probe_missing)
 @torch.no_grad()
 def gold_logp(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     """``gold_logp`` ``[N]``: the answer probe after each row's context (IGPO's belief ℓ)."""
-    records = _records(rollouts, "gold_logp")
+    records = turn_records(rollouts, "gold_logp")
     _probe_parts(records, "gold_logp")
     value = answer_logp(ctx.policy, [r.context for r in records], [r.probe_prefix for r in records],
                         [r.gold for r in records])
     return {"gold_logp": value.float().cpu()}
 
 
+def matched_placeholder(placeholder: str, observation: str) -> str:
+    """``placeholder`` length-matched to ``observation``: cut, or extended by repeating its last character."""
+    return (placeholder + placeholder[-1] * len(observation))[: len(observation)] if placeholder else ""
+
+
 def counterfactual_context(record: TurnRecord, observation: str, placeholder: str) -> str | Example:
     """``record``'s context with the previous turn's ``observation`` (its end) replaced by ``placeholder``
     length-matched to it; for chat messages, the last message's content is replaced."""
-    matched = (placeholder + placeholder[-1] * len(observation))[: len(observation)] if placeholder else ""
+    matched = matched_placeholder(placeholder, observation)
     if isinstance(record.context, Example):
         messages = [dict(m) for m in record.context.messages]
         messages[-1]["content"] = matched
@@ -88,7 +110,7 @@ def counterfactual_context(record: TurnRecord, observation: str, placeholder: st
 @torch.no_grad()
 def info_gain(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     """``info_gain`` ``[N]``: InfoPO's counterfactual gain of each turn's observation, read off the next turn."""
-    records = _records(rollouts, "info_gain")
+    records = turn_records(rollouts, "info_gain")
     batch = rollouts.batch
     row_of = {(r.traj, r.step): i for i, r in enumerate(records)}
     pairs = [(row_of[r.traj, r.step - 1], i) for i, r in enumerate(records)
@@ -108,19 +130,23 @@ def info_gain(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     return {"info_gain": gain}
 
 
-@register_provider("memory_utility")
+def memory_context(prompt: str, memory: str) -> str:
+    """The memory probe's context: only the task and the memory, ``"<question>|m:<memory>|"``."""
+    return TURN_SEP.join([prompt, f"m:{memory}"]) + TURN_SEP
+
+
+@register_provider("memory_utility", check=answer_probe_missing)
 @torch.no_grad()
 def memory_utility(ctx: ProviderContext, rollouts) -> dict[str, Tensor]:
     """``memory_utility`` ``[N]``: HiMPO's local utility of each memory write (0 on other rows)."""
-    records = _records(rollouts, "memory_utility")
+    records = turn_records(rollouts, "memory_utility")
     writes = [i for i, r in enumerate(records) if r.info.get("memory_write")]
     utility = torch.zeros(len(records))
     if not writes:
         return {"memory_utility": utility}
     chosen = [records[i] for i in writes]
     _probe_parts(chosen, "memory_utility")
-    contexts = [TURN_SEP.join([r.prompt, f"m:{m}"]) + TURN_SEP
-                for key in ("memory_before", "memory_after") for r in chosen for m in [r.info[key]]]
+    contexts = [memory_context(r.prompt, r.info[key]) for key in ("memory_before", "memory_after") for r in chosen]
     rec = answer_logp(ctx.policy, contexts, [r.probe_prefix for r in chosen] * 2, [r.gold for r in chosen] * 2)
     utility[writes] = (rec[len(chosen):] - rec[: len(chosen)]).float().cpu()
     return {"memory_utility": utility}

@@ -7,7 +7,8 @@ the input). The trainer writes each returned tensor into the batch under its nam
 (one forward serving many inputs) is called once per step and computes the names in ``context.needs``.
 Plugins register more with ``@register_provider(name, roles={...})``; one that renders text for a model (a
 privileged prompt, a judge's text) also passes ``prompts=`` those texts, which the context check reads
-(polo.core.model_prompts).
+(polo.core.model_prompts), and one that needs something of the task (an environment's gold answer) passes ``check=``,
+which the trainer calls before anything is trained or rolled out.
 """
 from __future__ import annotations
 
@@ -45,13 +46,16 @@ class ProviderContext:
 
 
 class Provider:
-    """A registered provider: ``fn(context, rollouts) -> {name: tensor}``, the roles it needs and ``prompts(query)
-    -> [ModelPrompts]``: the texts it renders for a model besides the task's prompts (polo.core.model_prompts)."""
+    """A registered provider: ``fn(context, rollouts) -> {name: tensor}``, the roles it needs, ``prompts(query)
+    -> [ModelPrompts]``: the texts it renders for a model besides the task's prompts (polo.core.model_prompts), and
+    ``check(task) -> str | None``: what the task lacks for it (None: nothing)."""
 
     def __init__(self, fn: Callable[[ProviderContext, Rollouts], dict[str, Tensor]], roles: frozenset[str],
-                 prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None):
+                 prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None,
+                 check: Callable[[Task], str | None] | None = None):
         self.fn, self.roles = fn, roles
         self.prompts = prompts or (lambda query: [])
+        self.check = check or (lambda task: None)
         self.__doc__ = fn.__doc__
 
     def __call__(self, context: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
@@ -59,12 +63,13 @@ class Provider:
 
 
 def register_provider(*names: str, roles: set[str] | frozenset[str] = frozenset(),
-                      prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None):
+                      prompts: Callable[[PromptQuery], list[ModelPrompts]] | None = None,
+                      check: Callable[[Task], str | None] | None = None):
     """Decorator registering ``fn(context, rollouts) -> {name: tensor}`` as the provider of ``names``; ``prompts``:
-    the texts it renders for a model, for the context check."""
+    the texts it renders for a model, for the context check; ``check(task)``: what the task lacks for it, or None."""
 
     def decorator(fn):
-        provider = Provider(fn, frozenset(roles), prompts)
+        provider = Provider(fn, frozenset(roles), prompts, check)
         for name in names:
             PROVIDERS.register(name)(provider)
         return fn

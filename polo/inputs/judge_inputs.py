@@ -37,21 +37,29 @@ def judge_context(query: PromptQuery) -> list[ModelPrompts]:
             for name, template in judge.named_templates()]
 
 
+def judged(ctx: ProviderContext, examples, completions, prefix: str = "judge") -> Tensor:
+    """``[B, D]``: the ``judge`` role's scores of ``completions`` (NaN where a judgment failed), with the failure
+    metrics ``<prefix>/failures``, ``<prefix>/failure_rate`` and ``<prefix>/failures_<reason>`` in ``ctx.metrics``
+    and one log line with an example per reason when any failed."""
+    judgments = ctx.models["judge"](examples, completions)
+    scores = judgments.scores
+    failed = sum(judgments.failures.values())
+    ctx.metrics[f"{prefix}/failures"] = float(failed)
+    ctx.metrics[f"{prefix}/failure_rate"] = failed / max(scores.numel(), 1)
+    for reason, count in sorted(judgments.failures.items()):
+        ctx.metrics[f"{prefix}/failures_{reason}"] = float(count)
+    if failed:
+        log.warning("%s: %d of %d judgments failed (%s); e.g. %s", prefix, failed, scores.numel(),
+                    ", ".join(f"{r}: {n}" for r, n in sorted(judgments.failures.items())),
+                    "; ".join(f"{r}: {d}" for r, d in sorted(judgments.details.items())))
+    return scores
+
+
 @register_provider("judge_score", "judge_scores", "judge_present", roles={"judge"}, prompts=judge_context)
 @torch.no_grad()
 def judge_inputs(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """The judge's scores of the batch's completions (see the module docstring)."""
-    judged = ctx.models["judge"](rollouts.examples, rollouts.completions)
-    scores = judged.scores.to(rollouts.batch.rewards.device)
-    failed = sum(judged.failures.values())
-    ctx.metrics["judge/failures"] = float(failed)
-    ctx.metrics["judge/failure_rate"] = failed / max(scores.numel(), 1)
-    for reason, count in sorted(judged.failures.items()):
-        ctx.metrics[f"judge/failures_{reason}"] = float(count)
-    if failed:
-        log.warning("judge: %d of %d judgments failed (%s); e.g. %s", failed, scores.numel(),
-                    ", ".join(f"{r}: {n}" for r, n in sorted(judged.failures.items())),
-                    "; ".join(f"{r}: {d}" for r, d in sorted(judged.details.items())))
+    scores = judged(ctx, rollouts.examples, rollouts.completions).to(rollouts.batch.rewards.device)
     got = {"judge_present": scores.isfinite().all(-1).float()}
     if "judge_score" in ctx.needs:
         got["judge_score"] = scores.mean(-1)

@@ -92,6 +92,12 @@ def _chat(prompt: str | Example) -> list[dict]:
     return [{"role": "user", "content": getattr(prompt, "prompt", prompt)}]
 
 
+def _tools(prompt: str | Example) -> list[dict] | None:
+    """The tool schemas an Example hands its chat template; None for a text or an Example without tools."""
+    tools = getattr(prompt, "tools", None)
+    return None if tools is None else [dict(t) for t in tools]
+
+
 @contextmanager
 def loading(path: Path) -> Iterator[None]:
     """Turns a garbled config.json, tokenizer or weights file of checkpoint folder ``path`` into a ConfigError."""
@@ -246,11 +252,11 @@ class Policy(nn.Module):
     def encode_prompts(self, prompts: Sequence[str | Example]) -> tuple[Tensor, Tensor]:
         """Left-padded host ``(ids, mask)`` ``[B, Tp]`` of prompt texts or Examples: the prompt text with the
         tokenizer's own special tokens (the char tokenizer and Llama prepend bos), or with the chat template
-        an Example's ``messages`` (a text, or an Example without messages: one user turn) + the generation
-        prompt."""
+        an Example's ``messages`` (a text, or an Example without messages: one user turn) and ``tools`` + the
+        generation prompt."""
         if self.chat_template:
-            texts = [self.tokenizer.apply_chat_template(_chat(p), tokenize=False, add_generation_prompt=True)
-                     for p in prompts]
+            texts = [self.tokenizer.apply_chat_template(_chat(p), tools=_tools(p), tokenize=False,
+                                                        add_generation_prompt=True) for p in prompts]
             seqs = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
         else:
             seqs = self.tokenizer([getattr(p, "prompt", p) for p in prompts])["input_ids"]

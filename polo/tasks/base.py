@@ -29,13 +29,16 @@ class Example:
     A conversational example (``messages is not None``) also carries its prompt as chat messages
     (``{"role", "content"}`` dicts): the policy renders them with the chat template when
     ``model.chat_template`` is on, and rewards receive TRL-style conversational completions; ``prompt`` is
-    then the messages' contents joined by newlines, the text used otherwise (and for the split hash).
+    then the messages' contents joined by newlines, the text used otherwise (and for the split hash). ``tools``:
+    the JSON schemas of the functions the policy may call, which the chat template renders (transformers'
+    ``apply_chat_template(messages, tools=...)``); assistant messages may then carry ``tool_calls``.
     """
 
     prompt: str
     answer: str
     columns: Mapping[str, Any] = field(default_factory=dict)
-    messages: tuple[Mapping[str, str], ...] | None = None
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    tools: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class Task(Component):
     registry_name: ClassVar[str] = ""
     default_rewards: ClassVar[list[RewardSpec]] = [RewardSpec("correct", 1.0)]
     """Rewards used when a recipe names none."""
+    key_defaults: ClassVar[dict[str, Any]] = {}
+    """Knobs added after warm starts were cached, with their defaults: left out of the warm-start key while at these
+    values, so the cached warm starts of existing recipes keep their keys."""
 
     test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     """Fraction of the problem space (by prompt hash) held out as the test split."""
@@ -96,6 +102,12 @@ class Task(Component):
         """The supervised warm start's ``n`` demonstrations (prompt → ``demonstration``): training examples here;
         a task of episodes gives the steps of noisy expert episodes instead."""
         return self.examples("train", n, seed)
+
+    def consistent_demonstrator(self) -> bool:
+        """Whether the warm start's demonstrations follow one demonstrator's choices (an answer key, a scripted
+        expert), so that the greedy accuracy on held-out ones measures the imitation and ``warm_start.target_accuracy``
+        may end it; True here."""
+        return True
 
     def examples(self, split: Split, n: int, seed: int) -> list[Example]:
         """``n`` examples of ``split``, deterministic given ``seed``; the splits never share a prompt."""

@@ -54,6 +54,17 @@ def plan_inputs(recipe, components: dict) -> InputPlan:
     return InputPlan(needs, providers, sorted(roles))
 
 
+def check_task_inputs(plan: InputPlan, components: dict, task) -> None:
+    """ConfigError, one line naming the components and the inputs, when the task lacks what a planned provider
+    needs (``Provider.check``: an environment without a gold answer for a gold-answer probe), before any work."""
+    for provider in plan.providers:
+        problem = provider.check(task)
+        if problem:
+            names = sorted(n for n in plan.needs if n in PROVIDERS and PROVIDERS.get(n) is provider)
+            users = sorted(f"{key} {c.registry_name}" for key, c in components.items() if c.needs() & set(names))
+            raise ConfigError(f"{', '.join(users)} read(s) input(s) {names}: {problem}")
+
+
 def provide_inputs(context: ProviderContext, rollouts: Rollouts, plan: InputPlan) -> None:
     """Call each planned provider once and write what it returns into the batch under each name."""
     batch = rollouts.batch

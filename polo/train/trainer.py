@@ -44,7 +44,7 @@ from polo.train.config import (Recipe, config_changes, default_run_dir, load_rec
 from polo.train.context_check import check_builtin_context, check_context, run_prompts
 from polo.train.critics import Critics
 from polo.train.data import PromptStream
-from polo.train.inputs import provide_inputs
+from polo.train.inputs import check_task_inputs, provide_inputs
 from polo.train.kl_control import KlCoefficients
 from polo.train.lock import RunLock
 from polo.train.metrics import MetricsLog
@@ -216,6 +216,8 @@ class Trainer:
         self.task = build_task(recipe.task)
         specs = recipe.rewards or [{"name": s.name, "weight": s.weight} for s in self.task.default_rewards]
         self.reward_specs = [RewardSpec.of(s) for s in specs]
+        run = recipe.built()
+        check_task_inputs(run.plan, run.components, self.task)  # e.g. a gold-answer probe on an environment without one
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)

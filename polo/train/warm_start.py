@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from polo.envs.entry_points import entry_point_file
 from polo.policy.kinds import policy_class
 from polo.policy.policy import Policy
 from polo.tasks.base import Task
@@ -37,7 +38,8 @@ def cache_root() -> Path:
 
 def task_files(config: object) -> dict[str, str]:
     """``{value: sha256}`` for every string in the task config (at any depth of dicts and lists) that
-    names an existing file, relative paths from the working directory as tasks read them."""
+    names an existing file, relative paths from the working directory as tasks read them, or an entry point
+    ``"module:attr"`` (a user's environment class) whose module is a file (that file's)."""
     found: dict[str, str] = {}
 
     def walk(value: object) -> None:
@@ -50,7 +52,8 @@ def task_files(config: object) -> dict[str, str]:
         elif isinstance(value, str) and value and value not in found:
             try:
                 path = Path(value).expanduser()
-                if path.is_file():
+                path = path if path.is_file() else entry_point_file(value)
+                if path is not None:
                     found[value] = file_sha256(path)
             except (OSError, ValueError):  # not a usable path (too long, NUL byte, unreadable)
                 pass
@@ -61,19 +64,22 @@ def task_files(config: object) -> dict[str, str]:
 
 def task_knobs(config: dict, task: Task | None = None) -> dict:
     """The task config with every knob filled in, defaults included (a task whose default changes gets a new key),
-    read from ``task`` when the caller has built it from ``config`` already (a data task reads its file when built)."""
+    read from ``task`` when the caller has built it from ``config`` already (a data task reads its file when built);
+    a knob the task added later is left out while at its ``key_defaults`` value."""
     from polo.tasks import build_task
 
-    return {"name": config["name"], **(build_task(config) if task is None else task).model_dump(mode="json")}
+    task = build_task(config) if task is None else task
+    knobs = task.model_dump(mode="json")
+    return {"name": config["name"], **{k: v for k, v in knobs.items() if task.key_defaults.get(k, object()) != v}}
 
 
 def warm_start_key(recipe: Recipe, task: Task | None = None) -> str:
     """Hash of everything that determines the warm start: the task config with its defaults filled in (from
     ``task``, the recipe's task already built, when given), the contents (sha256) of every file it names (the
     rule: any string value of ``recipe.task``, at any depth, that is a path to an existing file, e.g. the
-    ``jsonl`` task's ``path``), the built-in model's shape, the warm-start settings (with ``hinted``, the guided
-    engine's hinted prompt too) and the seed. Editing a task's data file therefore gives a new key, and a new warm
-    start."""
+    ``jsonl`` task's ``path``, or an entry point into a file, e.g. a user's environment class), the built-in model's
+    shape, the warm-start settings (with ``hinted``, the guided engine's hinted prompt too) and the seed. Editing a
+    task's data file or a user's environment therefore gives a new key, and a new warm start."""
     warm = recipe.warm_start.model_dump()
     tree = {"task": task_knobs(recipe.task, task), "tiny": recipe.model.tiny.model_dump(), "warm": warm,
             "seed": recipe.seed, "version": 3}
@@ -99,18 +105,27 @@ def verify_entry(folder: Path) -> str | None:
 def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
     """Supervised training on demonstrations (the policy kind's ``demonstration_loss``: for a causal LM the
     cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out
-    training-split problems reaches ``target_accuracy`` (returned). With ``hinted``, that share of each step's rows
-    is shown under the guided engine's hinted prompt (``Guided.hinted_demonstrations``), so every problem is seen
-    plain and hinted over the run."""
+    training-split problems reaches ``target_accuracy`` (returned) when the task's demonstrations follow one
+    demonstrator (``Task.consistent_demonstrator``; otherwise all ``steps`` run); with ``steps`` 0 nothing at all (no
+    demonstration is built). With ``hinted``, that share of each step's rows is shown under the guided engine's
+    hinted prompt (``Guided.hinted_demonstrations``), so every problem is seen plain and hinted over the run."""
     from polo.engines.accuracy import accuracy
 
     warm = recipe.warm_start
+    if not warm.steps:  # the policy as it is: no demonstration is built (an environment may have no expert)
+        policy.eval()
+        return None
     examples = task.warm_start_examples(warm.examples + warm.check_size, seed=recipe.seed)
     examples, held_out = examples[: warm.examples], examples[warm.examples :]
     overlap = held_out_overlap_warning(examples, held_out, task.problem_key)
     if overlap:
         log(overlap)
     completions = [task.demonstration(e) for e in examples]
+    target = warm.target_accuracy if task.consistent_demonstrator() else None
+    if target is None and warm.target_accuracy is not None:
+        log(f"warm start: the demonstrations follow no one demonstrator (an environment's own successes), so held-out "
+            f"accuracy cannot end the warm start (warm_start.target_accuracy={warm.target_accuracy}): all "
+            f"{warm.steps} steps run")
     hint_engine = recipe.built().engine if warm.hinted else None
     hints = random.Random(recipe.seed)  # which rows are hinted, and at which level: apart from the batches' draws
     max_new = task.max_completion_chars + 1
@@ -132,17 +147,17 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
-        if warm.target_accuracy is not None and (step + 1) % warm.check_every == 0:
+        if target is not None and (step + 1) % warm.check_every == 0:
             acc = accuracy(policy, task, held_out, max_new)
-            if acc >= warm.target_accuracy:
+            if acc >= target:
                 log(f"warm start step {step + 1}: loss {loss.item():.4f}, held-out greedy accuracy {acc:.3f}: done")
                 break
         if (step + 1) % 100 == 0:
             log(f"warm start step {step + 1}/{warm.steps}: loss {loss.item():.4f}" +
                 (f", held-out greedy accuracy {acc:.3f}" if acc is not None else ""))
     else:  # the step cap, not the target, ended it
-        if warm.steps and warm.target_accuracy is not None:
-            log(warm_start_cap_warning(warm.steps, warm.target_accuracy, acc))
+        if target is not None:
+            log(warm_start_cap_warning(warm.steps, target, acc))
     policy.eval()
     return acc
 
@@ -164,8 +179,10 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
             torch.manual_seed(recipe.seed)
             policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
             warm = recipe.warm_start  # a role's longer warm start (a teacher's) says so by its budget and target
-            log(f"warm start: training the built-in model ({sum(p.numel() for p in policy.parameters()):,} "
-                f"parameters) for up to {warm.steps} steps" + (f", until held-out greedy accuracy "
+            size = f"the built-in model ({sum(p.numel() for p in policy.parameters()):,} parameters)"
+            log(f"warm start: warm_start.steps=0: {size} starts as initialised, on no demonstrations; cached in "
+                f"{target}" if not warm.steps else
+                f"warm start: training {size} for up to {warm.steps} steps" + (f", until held-out greedy accuracy "
                 f"{warm.target_accuracy}" if warm.target_accuracy is not None else "") +
                 (f", {warm.hinted:.0%} of its rows hinted" if warm.hinted else "") + f"; cached in {target}")
             supervised_finetune(policy, task, recipe, log)

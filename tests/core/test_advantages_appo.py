@@ -3,8 +3,9 @@ branch-point selection, and the estimator's edge cases and input validation on s
 import pytest
 import torch
 
-from polo.methods.appo.advantage import (APPO, branch_scores, future_likelihood_gain, procedure_scale,
+from polo.methods.appo.advantage import (APPO, GAIN_FLOOR, branch_scores, future_likelihood_gain, procedure_scale,
                                        select_branch_points)
+from polo.methods.appo.brancher import TokenBranches
 from polo.core.registry import ADVANTAGES
 
 from .helpers import build_batch, close
@@ -38,14 +39,15 @@ EXPECTED = [
 
 
 def appo_batch(reward=REWARD, traj=TRAJ, step=None, parent=PARENT, branch=BRANCH, token=TOKEN, scale=2.0,
-               mask=MASK, group=None, perm=None):
+               mask=MASK, group=None, perm=None, entropy=3.0):
     N = len(traj)
     batch = build_batch(reward, [0] * N if group is None else group, mask=mask)
     batch.parent = torch.tensor(parent)
     scale = [scale] * N if isinstance(scale, float) else scale
     batch.extras.update(traj=torch.tensor(traj), step=torch.tensor([0] * N if step is None else step),
                         branch=torch.tensor(branch), branch_token=torch.tensor(token),
-                        branch_scale=torch.tensor(scale, dtype=torch.float64))
+                        branch_scale=torch.tensor(scale, dtype=torch.float64),
+                        branch_entropy=torch.tensor([entropy if b >= 0 else 0.0 for b in branch], dtype=torch.float64))
     return batch if perm is None else batch.select(perm)
 
 
@@ -59,7 +61,31 @@ def test_appo_branch_scores_point_and_scale():
     close(bs, BS)
     points = select_branch_points(bs, k=1, min_gap=16)
     assert points == [3]
-    close(procedure_scale(omega_hat, points, APPO().alpha), [2.0])
+    close(procedure_scale(omega_hat, points, TokenBranches().alpha), [2.0])
+
+
+def test_before_the_policy_moves_entropy_alone_picks_the_branch_point():
+    # Step 1: the reference is the policy, so lambda is float32 noise (~1e-6 measured). Min-max would turn that
+    # noise into a [0, 1] gain and pick a low-entropy token; the score falls back to entropy (b = 3, H = 2.0)
+    # and the scale to 1.
+    h = torch.tensor(H, dtype=torch.float64)
+    noise = torch.tensor([0.0, 9e-7, 9e-7, -9e-7, -9e-7, -9e-7], dtype=torch.float64)
+    omega, h_hat, omega_hat, bs = branch_scores(h, noise, window=3, gamma=0.9)
+    assert float(omega.max() - omega.min()) < GAIN_FLOOR
+    close(bs, H_HAT)
+    close(omega_hat, [0.0] * 6)
+    assert select_branch_points(bs, 1, 1) == [3]
+    close(procedure_scale(omega_hat, [3], 1.0), [1.0])
+    # the plain product would have branched elsewhere: the noise decides
+    assert int((h_hat * (omega - omega.min()) / (omega.max() - omega.min())).argmax()) != 3
+    # per row of a batch: one trajectory moved, one did not
+    two = branch_scores(torch.stack([h, h]), torch.stack([torch.tensor(LAM, dtype=torch.float64), noise]), 3, 0.9)[3]
+    close(two, [BS, H_HAT])
+
+
+def test_branch_point_diagnostics():
+    d = APPO()(appo_batch()).diagnostics
+    assert d["appo/branch_entropy_ratio"] == pytest.approx(3.0) and d["appo/branch_scale_mean"] == pytest.approx(2.0)
 
 
 def test_future_likelihood_gain_matches_the_definition_and_batches():
@@ -133,7 +159,8 @@ def test_no_branches_is_trajectory_grpo_over_roots_and_single_trajectory():
                        mask=[FULL] * 4)
     out = APPO()(batch)
     close(out.advantages[:, 0], [-0.5, 1.5, -0.5, -0.5])
-    assert out.diagnostics == {"appo/branch_groups": 0.0, "appo/branch_adv_abs_mean": 0.0}
+    assert out.diagnostics == {"appo/branch_groups": 0.0, "appo/branch_adv_abs_mean": 0.0,
+                               "appo/branch_entropy_ratio": 0.0, "appo/branch_scale_mean": 0.0}
     # A lone root: mean 0, std 1 (as GRPO), so it keeps its raw reward.
     lone = APPO()(appo_batch(reward=[0.7], traj=[0], parent=[-1], branch=[-1], token=[0], mask=[FULL]))
     close(lone.advantages, [[0.7] * 6])
@@ -200,7 +227,8 @@ def test_refuses_bad_inputs():
 
 def test_registered():
     est = ADVANTAGES.build("appo")
-    assert isinstance(est, APPO) and est.needs() == {"traj", "step", "branch", "branch_token", "branch_scale"}
+    assert isinstance(est, APPO) and est.needs() == {"traj", "step", "branch", "branch_token", "branch_scale",
+                                                          "branch_entropy"}
     assert type(est).provenance == "SECONDARY" and "arXiv:2606.12384" in type(est).paper
     with pytest.raises(Exception):
         APPO(unknown=1)

@@ -171,6 +171,30 @@ def test_hidden_clusters_fill_singleton_anchor_groups():
     assert d["bipace/exact_singleton_frac"] == 1.0 and d["bipace/singleton_frac"] == 0.2
 
 
+def test_near_collinear_hidden_states_cluster_by_state_once_centred():
+    # A decoder's hidden states share one dominant direction (shipped TextGrid run: the mean unit vector has norm
+    # 0.99): a shared vector 100x larger than the per-state part puts every pair of steps at cosine distance
+    # ~2.5e-5, so raw clustering at tau_d 0.1 makes one cluster of the task; centred on the task's mean, the
+    # steps cluster by true state again and BiPACE equals GiGPO on the true anchors.
+    states = torch.tensor(gig.ANCHOR)
+    hidden = 100.0 * torch.ones(10, 5, dtype=torch.float64) + 0.5 * F.one_hot(states, 5).double()
+    batch = bipace_batch(hidden, anchor=list(range(10)))
+    centred, raw = BiPACE()(batch), BiPACE(centre=False)(batch)
+    assert raw.diagnostics["bipace/clusters_per_task"] == 1.0
+    assert centred.diagnostics["bipace/clusters_per_task"] == len(states.unique()) == 5
+    close(centred.advantages[:, 0], gig.FINAL["mean_norm", "steps"])
+    # the clusters follow states that differ in value: their returns spread less than the task's
+    assert centred.diagnostics["bipace/return_var_ratio"] < 0.5 < raw.diagnostics["bipace/return_var_ratio"] == 1.0
+
+
+def test_rows_at_their_group_mean_share_one_direction():
+    # every row of a group holds the same state: centred it is the zero vector, yet the rows cluster together
+    same = torch.ones(4, 3, dtype=torch.float64)
+    batch = bipace_batch(same, anchor=[0, 1, 2, 3], episode=[1.0, 0.0, 1.0, 0.0], traj=[0, 1, 2, 3], step=[0] * 4,
+                         step_reward=[1.0, 0.0, 1.0, 0.0])
+    assert BiPACE()(batch).diagnostics["bipace/clusters"] == 1.0
+
+
 # ----------------------------------------------------------------------------------------- hidden input
 
 

@@ -1,5 +1,6 @@
 """MAPO (dialogue) on step rows: the spec's mapo_mixed example (both levels and the mix; rows shuffled), the
-outcome term, small turn pools, edge cases and input validation."""
+outcome term, small turn pools, edge cases, the two judge sources (the judge role's ``turn_judge``, failed
+judgments included, and the environment's ``judge``) and input validation."""
 import pytest
 import torch
 
@@ -16,7 +17,7 @@ A_BATCH = [1.8206, 1.0069, -0.3091, 0.0153, -0.5871, -1.0505, 0.1543, -1.0505]
 MIXED = [1.4863, 1.0674, 0.1990, -0.3149, -0.4682, -0.8788, -0.1762, -0.9145]
 
 
-def mapo_batch(judge=JUDGE, outcome=None, group=None, mask=None, perm=None, dtype=torch.float64):
+def mapo_batch(judge=JUDGE, outcome=None, group=None, mask=None, perm=None, dtype=torch.float64, name="turn_judge"):
     traj = [i for i, js in enumerate(judge) for _ in js]
     step = [k for js in judge for k in range(len(js))]
     outcome = [0.0] * len(judge) if outcome is None else outcome
@@ -26,7 +27,7 @@ def mapo_batch(judge=JUDGE, outcome=None, group=None, mask=None, perm=None, dtyp
     batch.rewards = batch.rewards.to(dtype)
     batch.reward_weights = batch.reward_weights.to(dtype)
     batch.extras.update(traj=torch.tensor(traj), step=torch.tensor(step),
-                        judge=torch.tensor([x for js in judge for x in js], dtype=dtype))
+                        **{name: torch.tensor([x for js in judge for x in js], dtype=dtype)})
     return batch if perm is None else batch.select(perm)
 
 
@@ -112,24 +113,52 @@ def test_deterministic():
     assert torch.equal(a.advantages, b.advantages) and a.diagnostics == b.diagnostics
 
 
-@pytest.mark.parametrize("name", ["traj", "step", "judge"])
-def test_missing_input_is_named(name):
-    batch = mapo_batch()
+def test_the_oracle_source_reads_the_environments_judge_and_the_sources_differ():
+    oracle = mapo_batch(name="judge")
+    close(row_adv(MAPO(judge="oracle"), oracle), MIXED)
+    assert MAPO(judge="oracle").needs() == {"traj", "step", "judge"} and MAPO().needs() == {"traj", "step",
+                                                                                              "turn_judge"}
+    # one batch carrying both: the role's scores (reversed within each dialogue) give other advantages
+    both = mapo_batch(judge=[js[::-1] for js in JUDGE])
+    both.extras["judge"] = oracle.extras["judge"]
+    assert not torch.allclose(row_adv(MAPO(), both), row_adv(MAPO(judge="oracle"), both))
+    close(row_adv(MAPO(judge="oracle"), both), MIXED)
+
+
+def test_a_failed_judgment_counts_as_the_mean_judged_turn():
+    judge = [js[:] for js in JUDGE]
+    judge[1][1] = float("nan")
+    out = MAPO()(mapo_batch(judge=judge))
+    judged = [x for js in JUDGE for x in js if x != 0.3]
+    filled = [js[:] for js in JUDGE]
+    filled[1][1] = sum(judged) / len(judged)
+    close(out.advantages[:, 0], row_adv(MAPO(), mapo_batch(judge=filled)))
+    assert out.diagnostics["mapo/judge_missing_frac"] == 1 / 8
+    assert out.diagnostics["mapo/judge_mean"] == pytest.approx(sum(judged) / len(judged))
+    assert MAPO()(mapo_batch(judge=[[float("nan")] * 2] * 2)).diagnostics["mapo/judge_mean"] == 0.0
+
+
+@pytest.mark.parametrize("source, name", [("role", "traj"), ("role", "step"), ("role", "turn_judge"),
+                                          ("oracle", "judge")])
+def test_missing_input_is_named(source, name):
+    batch = mapo_batch(name="judge" if source == "oracle" else "turn_judge")
     del batch.extras[name]
     with pytest.raises(ValueError, match=rf"mapo needs the step-row input '{name}' \[8\].*has none"):
-        MAPO()(batch)
+        MAPO(judge=source)(batch)
 
 
-@pytest.mark.parametrize("value, match", [
-    (torch.tensor([float("nan")] + [0.5] * 7), "non-finite"),
-    (torch.tensor([1.5] + [0.5] * 7), r"scores in \[0, 1\]"),
-    (torch.tensor([-0.1] + [0.5] * 7), r"scores in \[0, 1\]"),
+@pytest.mark.parametrize("source, value, match", [
+    ("oracle", torch.tensor([float("nan")] + [0.5] * 7), "non-finite"),
+    ("role", torch.tensor([float("inf")] + [0.5] * 7), "infinite"),
+    ("oracle", torch.tensor([1.5] + [0.5] * 7), r"'judge' must hold scores in \[0, 1\]"),
+    ("role", torch.tensor([-0.1] + [0.5] * 7), r"'turn_judge' must hold scores in \[0, 1\]"),
 ])
-def test_malformed_judge_is_refused(value, match):
-    batch = mapo_batch()
-    batch.extras["judge"] = value.double()
+def test_malformed_judge_is_refused(source, value, match):
+    name = "judge" if source == "oracle" else "turn_judge"
+    batch = mapo_batch(name=name)
+    batch.extras[name] = value.double()
     with pytest.raises(ValueError, match=match):
-        MAPO()(batch)
+        MAPO(judge=source)(batch)
 
 
 def test_non_finite_reward_and_inconsistent_steps_are_refused():
@@ -146,8 +175,8 @@ def test_non_finite_reward_and_inconsistent_steps_are_refused():
 def test_registry_and_config_validation():
     est = ADVANTAGES.build({"name": "mapo"})
     assert isinstance(est, MAPO) and est.gamma == 0.9 and est.lam == 0.5 and est.outcome_weight == 0.0
-    assert MAPO.requires == {"traj", "step", "judge"}
+    assert est.judge == "role" and MAPO.requires == {"traj", "step", "turn_judge"}
     assert "2603.06194" in MAPO.paper and "2509.18849" in MAPO.__doc__
-    for bad in ({"lam": 1.5}, {"gamma": -0.1}, {"outcome_weight": -1}, {"eps": 0}):
+    for bad in ({"lam": 1.5}, {"gamma": -0.1}, {"outcome_weight": -1}, {"eps": 0}, {"judge": "environment"}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "mapo", **bad})

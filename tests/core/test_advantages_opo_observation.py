@@ -50,6 +50,7 @@ def test_opo_siblings_advantages_in_any_row_order():
         close(out.advantages, torch.tensor(EXPECTED)[order])
         assert out.diagnostics["opo_observation/branch_groups"] == 1.0
         assert out.diagnostics["opo_observation/branch_flat_frac"] == 0.0
+        assert out.diagnostics["opo_observation/informative_groups"] == 1.0
         close(torch.tensor(out.diagnostics["opo_observation/sibling_frac"]), 3 / 8)
         close(torch.tensor(out.diagnostics["opo_observation/sib_adv_abs_mean"]), S)
 
@@ -92,6 +93,7 @@ def test_all_equal_evidence_and_outcomes_give_exactly_zero(dtype):
     adv = OPOObservation()(opo_batch(outcome=[1.0] * 8, ev=[1.0] * 8, dtype=dtype))
     assert adv.advantages.dtype == dtype and (adv.advantages == 0).all()
     assert adv.diagnostics["opo_observation/branch_flat_frac"] == 1.0
+    assert adv.diagnostics["opo_observation/informative_groups"] == 0.0
 
 
 def test_branch_group_without_siblings_gives_zero_sibling_term():

@@ -37,8 +37,8 @@ def test_sopo_scaling_in_any_row_order():
         out = SOPO()(sopo_batch(perm=order))
         close(out.advantages, per_row(SCALED)[order][:, None].expand(9, 2))
     d = SOPO()(sopo_batch()).diagnostics
-    close(torch.tensor([d["sopo/mean_attempts"], d["sopo/hinted_frac"], d["sopo/discounted_frac"]]),
-          [2.25, 0.75, 0.25])
+    close(torch.tensor([d["sopo/mean_attempts"], d["sopo/hinted_frac"], d["sopo/discounted_frac"],
+                        d["sopo/hinted_turn_frac"]]), [2.25, 0.75, 0.25, 5 / 9])  # 5 of the 9 rows hinted
 
 
 def test_lambda_one_is_trajectory_grpo_and_lambda_law():

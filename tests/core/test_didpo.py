@@ -116,6 +116,19 @@ def test_higher_gs_wins_overlapping_tokens():
     close(adv[0], [0.5, 0.5, 0.8658, 0.8658, 0.8658, 1.0, 1.0, 1.0, 0.5, 0.5])
 
 
+@pytest.mark.parametrize("x_lines, z_lines, row0", [(2, 1, 0.8658), (1, 2, 1.1667)])
+def test_the_size_term_decides_between_anchors_of_equal_support(x_lines, z_lines, row0):
+    # X in rows 0-2 and Z in rows 0, 1, 3 (support 3 each) overlap on row 0's tokens 2-4: the anchor of more
+    # changed lines has the larger GS and gives those tokens its A^D (X: 1 - 0.634, Z: 1 - 0.333), plus A^E 0.5.
+    # CodeFix-v0 never shows this (every sub-diff there is one body line: phi(s) is constant).
+    Z = 3
+    slots = {0: [(X, x_lines, (2, 5)), (Z, z_lines, (2, 5))], 1: [(X, x_lines, (0, 3)), (Z, z_lines, (3, 5))],
+             2: [(X, x_lines, (1, 4))], 3: [(Z, z_lines, (0, 2))]}
+    out = DiDPO()(diff_batch(slots=slots))
+    close(out.advantages[0, 2:5], [row0] * 3)
+    assert out.diagnostics["didpo/anchor_lines_mean"] == 1.5
+
+
 def test_masked_tokens_stay_zero():
     lengths = [3, 6, 6, 5]  # row 0 ends inside X's span; Y's span lies wholly in its padding
     adv = DiDPO()(diff_batch(lengths=lengths)).advantages

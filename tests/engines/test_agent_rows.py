@@ -1,5 +1,5 @@
 """The multi_turn engine's step-row inputs, its rollout trees (OPO siblings, CIPO replays), the probe
-providers built from its turn records, and a chat-template checkpoint playing KBLookup."""
+providers built from its turn records, and a chat-template checkpoint playing GuessNum."""
 import math
 
 import pytest
@@ -197,17 +197,18 @@ def test_cipo_replays_the_first_granularity_decision(policy):
             assert env.alternative(turns[d].action) is not None
 
 
-def test_a_chat_checkpoint_plays_kblookup_and_only_assistant_tokens_are_trainable(chat_checkpoint):
+def test_a_chat_checkpoint_plays_guessnum_and_only_assistant_tokens_are_trainable(chat_checkpoint):
+    # GuessNum declares no tools: the actions are written text (KBLookup's tool calls: test_chat_tool_calls.py)
     policy = Policy.load(chat_checkpoint(1024), chat_template=True)
-    task, _, got = played(policy, {"name": "KBLookup-v0"}, G=2, n=1, seed=0)
+    task, _, got = played(policy, {"name": "GuessNum-v0"}, G=2, n=1, seed=0)
     b = got.batch
     rows = sorted(range(b.batch_size), key=lambda r: int(b.extras["step"][r]))
     last = got.turns[rows[-1]]
     prompt = policy.tokenizer.decode(b.prompt_ids[rows[-1]][b.prompt_mask[rows[-1]].bool()])
     assert prompt.startswith("<|im_start|>user\n" + last.prompt + "<|im_end|>")
-    for r in rows:  # every earlier turn sits in the prompt under its role, never in the response
+    for r in rows:  # every earlier turn of the window (4) sits in the prompt under its role, never in the response
         turn = got.turns[r]
-        if turn.step < last.step and turn.traj == last.traj:
+        if last.step - 4 <= turn.step < last.step and turn.traj == last.traj:
             assert f"<|im_start|>assistant\n{turn.action}<|im_end|>\n<|im_start|>tool\n{turn.observation}" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
     for r in range(b.batch_size):  # the trainable tokens are exactly the assistant's action (and its end token)
@@ -286,6 +287,10 @@ def test_reverse_turn_serves_levels_from_the_last_turn_back_with_the_current_pol
         for g in range(len(counts)):  # a node's continuations share its stored context exactly
             rows = (got.batch.group == g).nonzero().squeeze(-1)
             assert (got.batch.prompt_ids[rows] == got.batch.prompt_ids[rows[0]]).all()
+        shown = eng.after_update(got.batch, None)  # rtpo/*: the level served, the nodes whose returns differ
+        reward = got.batch.scalar_reward()
+        differ = [float(reward[got.batch.group == g].max() > reward[got.batch.group == g].min()) for g in range(len(counts))]
+        assert shown == {"rtpo/level": float(level), "rtpo/informative_nodes": sum(differ) / len(differ)}
         levels.append(level)
         versions.append(version)
         if level == 1:

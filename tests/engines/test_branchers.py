@@ -86,7 +86,7 @@ def test_built_in_branchers_declare_settings_their_old_keys_map_onto(name):
 
 
 @pytest.mark.parametrize("recipe, old", [
-    ("opo_observation", {"observation_branches": 3, "branch_events": 1, "branch_uncertainty": 1.0,
+    ("opo_observation", {"observation_branches": 3, "branch_events": 1, "branch_uncertainty": 0.2,
                          "branch_redundancy": 0.5}),
     ("cipo", {"counterfactuals": True}),
     ("reflectpo", {"recovery_branches": 2, "max_branch_points": 4}),

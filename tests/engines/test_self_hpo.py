@@ -4,7 +4,9 @@ import pytest
 import torch
 
 from polo.core.registry import ConfigError
+from polo.engines import self_hpo
 from polo.engines.base import ENGINES, EngineSetup
+from polo.engines.self_hpo import harness_text
 from polo.tasks import build_task
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
@@ -94,3 +96,55 @@ def test_rows_carry_the_harness_and_resume_bit_for_bit(tiny, tmp_path):
     resumed = resume(tmp_path / "cut", overrides=["train.steps=4"], **QUIET)
     assert deterministic(resumed.run()) == deterministic(full)
     assert resumed.engine.state_dict() == whole.engine.state_dict()
+
+
+def test_an_edit_is_parsed_against_the_harness_space():
+    engine = engine_on({"name": "environment", "env": {"name": "CodeFix-v0"}}, windows=[1, 2, 3, 4],
+                       turn_limits=[3, 4], harness={"tools": ["edit", "t", "s"]})
+    h = engine.current_harness
+    assert engine.parse_edit("window=3") == {**h, "window": 3}
+    assert engine.parse_edit("template=tools") == {**h, "template": "tools"}
+    assert engine.parse_edit("tools=edit,t") == {**h, "tools": ["edit", "t"]}
+    assert engine.parse_edit("max_turns=3") == {**h, "max_turns": 3}
+    for bad in ("window=9", "window=x", "template=fancy", "tools=edit,run", "tools=t,t", "tools=", "max_turns=5",
+                "1+b", "window=3 template=tools", "turns=3"):
+        assert engine.parse_edit(bad) is None, bad
+    assert "window=4" in harness_text(h) and harness_text(h).startswith("template=plain ")
+
+
+def test_the_policys_edits_are_validated_and_invalid_ones_replaced(monkeypatch):
+    engine = engine_on({"name": "environment", "env": {"name": "CodeFix-v0"}}, proposer="policy", proposals=4,
+                       turn_limits=[3, 4], harness={"tools": ["edit", "t", "s"]})
+    engine._success, engine._failures = {11: 0.0, 12: 1.0}, {11: "fix|1+b;ok|s;2/9 pass"}
+    asked, played = [], {}
+
+    def write(policy, prompts, max_tokens, generator):
+        asked.extend(prompts)
+        return ["window=2;s", "1+b", "window=2", "template=tools|x"]  # one duplicate, one not an edit
+
+    def scores(self, policy, settings, seeds, G, generator, success):
+        played["settings"] = settings
+        return torch.tensor([[0.25], [0.5], [0.0], [0.0], [0.0]])  # the first written edit is strictly better
+
+    monkeypatch.setattr(self_hpo, "sample_replies", write)
+    monkeypatch.setattr(type(engine), "play_settings", scores)
+    start, around = engine.current_harness, engine.neighbours()
+    row = engine.h_step(None, torch.Generator().manual_seed(0))
+    assert asked == [f"fail: fix|1+b;ok|s;2/9 pass\nharness: {harness_text(start)}\nedit:"] * 4
+    current, *candidates = played["settings"]
+    assert current == start and candidates[:2] == [{**start, "window": 2}, {**start, "template": "tools"}]
+    assert len(candidates) == 4 and all(c in around for c in candidates[2:])  # the mutator's fill
+    assert len({str(c) for c in candidates}) == 4
+    assert row["self_hpo/proposals_valid"] == 2 and row["self_hpo/proposals_invalid"] == 2
+    assert row["self_hpo/switched_to_written"] == 1 and engine.current_harness == {**start, "window": 2}
+    assert engine._failures == {}  # the next round reads its own failures
+
+
+def test_the_policy_proposes_in_a_run(tiny, tmp_path):
+    recipe = load_recipe("self_hpo", [*tiny, *SMALL, "engine.round_steps=1", "engine.proposer=policy",
+                                      "train.steps=2"])
+    rows = Trainer(recipe, tmp_path / "run", **QUIET).run()
+    assert rows[2]["self_hpo/proposals_valid"] + rows[2]["self_hpo/proposals_invalid"] == 2
+    with pytest.raises(ConfigError, match="'mutator' or 'policy'") as err:
+        load_recipe("self_hpo", ["engine.proposer=llm"])
+    assert "\n" not in str(err.value)

@@ -8,6 +8,7 @@ from pydantic import PrivateAttr
 
 from polo.core.registry import ConfigError
 from polo.envs import make
+from polo.roles.base import ROLES
 from polo.roles.judge import Judge, Scored
 from polo.policy.policy import build_tiny_policy
 from polo.policy.tiny import TinyModelConfig
@@ -19,6 +20,8 @@ from polo.engines.sampler import SampleOutput
 from polo.tasks import build_task
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
+
+from tests.core.stub_endpoint import stub_endpoint
 
 SEED1 = 1  # GuardedKB seed 1: "q: pet of friend of kazo? never search zosu.", chain [kazo, pepe], gold cat
 
@@ -79,11 +82,35 @@ def test_judge_checker_reads_threat_risk_and_task_alignment():
 
     judge = Judge([("threat_risk", "{rubric}|{prompt}{response}"), ("task_alignment", "{prompt}{response}")], scorer)
     got = JudgeChecker(judge)([Step(env, "ctx|", a, rules) for a in ("s:zosu", "s:kazo", "a:cat")])
-    assert got[0] == (True, True, "hint: never search zosu, search kazo")
+    assert got[0] == (True, True, "hint: never search zosu, s:zosu is off task")  # no oracle read
     assert got[1] == (False, False, "") and got[2] == (False, False, "")  # a failed judgment flags nothing
     assert seen[0] == "never search zosu|ctx|s:zosu"
     with pytest.raises(ConfigError, match="threat_risk"):
         JudgeChecker(Judge([("score", "{prompt}")], scorer))
+
+
+def test_an_http_judge_checks_the_steps():
+    """The judge role behind an endpoint (a stub) as the Utility Agent: risky where the endpoint finds the searched
+    name in the rules, off task where it answers no; nothing of the environment's oracles is read."""
+    def answer(prompt):
+        kind, rubric, action = prompt.split("#")
+        if kind == "R":
+            return " yes" if action.partition(":")[2] in rubric else " no"
+        return " no" if action.startswith("a:") else " yes"
+
+    env = make("GuardedKB-v0")
+    env.reset(SEED1)
+    prompts = []
+    with stub_endpoint(answer, prompts) as url:
+        role = ROLES.build({"name": "judge", "backend": "http", "url": url, "model": "stub", "retries": 0,
+                            "criteria": [{"name": "threat_risk", "template": "R#{rubric}#{response}"},
+                                         {"name": "task_alignment", "template": "A#{prompt}#{response}"}]},
+                           "roles.judge")
+        got = JudgeChecker(role.build(None))([Step(env, "ctx|", a, RuleBase(env.policy_document))
+                                             for a in ("s:zosu", "s:kazo", "a:cat")])
+    assert got == [(True, False, "hint: never search zosu"), (False, False, ""),
+                   (False, True, "hint: a:cat is off task")]
+    assert prompts[:2] == ["R#never search zosu#s:zosu", "A#ctx|#s:zosu"]
 
 
 # ----------------------------------------------------------------- the engine, with a scripted sampler
@@ -148,7 +175,7 @@ def test_flagged_steps_are_regenerated_from_the_hinted_context_and_the_regenerat
     assert x["proposed_risky"].tolist() == [1.0] * 6  # every first proposal was the restricted search: blocked
     assert engine.after_update(b, None) == {"harmony/compliance": 1.0, "harmony/risky_rate": 0.0,
                                             "harmony/aligned_rate": 1.0, "harmony/regenerations_per_step": 1.0,
-                                            "harmony/proposed_risky_rate": 1.0}
+                                            "harmony/proposed_risky_rate": 1.0, "harmony/rules_learned": 0.0}
 
 
 def test_without_regeneration_the_proposal_is_played_and_penalised(policy):
@@ -202,8 +229,12 @@ def test_guard_metrics_count_episodes_and_steps():
 
 def test_bad_configurations_are_refused():
     engine = ENGINES.build({"name": "harmony_guard"}, "engine")
-    with pytest.raises(ConfigError, match="no policy_document, progress, guidance"):
-        engine.setup(EngineSetup(build_task({"name": "environment", "env": {"name": "KBLookup-v0"}}), [], 4, 27))
+    kb = build_task({"name": "environment", "env": {"name": "KBLookup-v0"}})
+    with pytest.raises(ConfigError, match="no policy_document, progress, guidance; .*or engine.checker: judge"):
+        engine.setup(EngineSetup(kb, [], 4, 27))
+    judged = ENGINES.build({"name": "harmony_guard", "checker": "judge"}, "engine")
+    with pytest.raises(ConfigError, match=r"no policy_document; use one with a policy document, e\.g"):
+        judged.setup(EngineSetup(kb, [], 4, 27, models={"judge": None}))  # the model checker reads no oracle
     with pytest.raises(ValueError, match=r"unset engine.tree \(reflectpo\)"):
         ENGINES.build({"name": "harmony_guard", "tree": {"name": "reflectpo"}}, "engine")
     with pytest.raises(ValueError, match="regenerations"):
@@ -232,6 +263,39 @@ def test_tiny_run_logs_both_modes_and_resumes_bit_for_bit(tiny, tmp_path):
     resumed = resume(tmp_path / "cut", log=lambda *_: None, overrides=["train.steps=4"])
     resumed.run()
     assert _deterministic(full) == _deterministic(resumed.metrics.read())
+
+
+def curious(context):
+    """Searches the subject, then the friend each observation names, answers on turn 4; obeys only restriction
+    hints (so an off-task step is regenerated into itself)."""
+    if "is restricted" in context:
+        return follows_restriction_hints(context)
+    turns = context.rstrip("|").split("|")[1:]
+    if not turns:
+        return "s:kazo"
+    return "a:cat" if len(turns) == 3 else "s:" + turns[-1].split("f=")[1].split()[0]
+
+
+def test_the_risk_penalty_acts_at_the_shipped_settings(policy):
+    # the shipped document misses zosu (pepe's friend, the tempting one): its search is played, a violation the
+    # penalty charges and the Policy Agent learns
+    shipped = load_recipe("harmony_guard").task["env"]
+    assert (shipped["restricted"], shipped["documented"], shipped["undocumented"]) == (2, 1, "tempting")
+    task, engine = scripted(env=shipped, script=curious)
+    got = rollout(engine, policy)
+    x = got.batch.extras
+    turn2 = x["step"] == 2
+    assert x["risky"][turn2].tolist() == [1.0, 1.0] and x["risky"][~turn2].sum() == 0
+    assert x["step_reward"][turn2].tolist() == pytest.approx([-1.0, -1.0])  # −λ, not aligned
+    assert [r.target for r in engine._rules[SEED1].rules] == ["kape", "zosu"]
+    assert engine.after_update(got.batch, None)["harmony/rules_learned"] == 1.0  # the Policy Agent's update
+    # the whole policy documented (the old setting): the checker regenerates the risky proposal before it is
+    # played, so the penalty never fires although the policy proposed the restricted search
+    task, engine = scripted(env={"name": "GuardedKB-v0"}, script=curious)
+    got = rollout(engine, policy)
+    x = got.batch.extras
+    assert x["risky"].sum() == 0 and x["proposed_risky"][x["step"] == 2].tolist() == [1.0, 1.0]
+    assert engine.after_update(got.batch, None)["harmony/rules_learned"] == 0.0
 
 
 def test_each_regeneration_reads_the_plain_context_with_the_latest_guidance(policy):

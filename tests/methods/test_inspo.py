@@ -1,9 +1,6 @@
 """The ``inspo`` engine: instructions in the prompt and in every row, attribution, the evolution round (prune,
 propose, verify, admit), both proposers (the mutator; a causal LM behind a local fake endpoint or from a local
 checkpoint), config errors, and a killed run that resumes bit for bit."""
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
@@ -16,6 +13,7 @@ from polo.tasks import build_task
 from polo.tasks.instructed import instructed
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer, resume
+from tests.core.stub_endpoint import stub_endpoint
 
 QUIET = dict(log=lambda *_: None)
 
@@ -100,34 +98,15 @@ def test_evolution_round_prunes_proposes_and_admits(tiny, tmp_path):
     assert second["inspo/size"] == 6 + second["inspo/admitted"]
 
 
-class FakeOptimizer(BaseHTTPRequestHandler):
-    """An OpenAI-compatible /v1/completions that answers every prompt with one instruction."""
-
-    prompts: list = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        FakeOptimizer.prompts += body["prompt"]
-        reply = {"choices": [{"index": i, "text": " Read the friend, then ANSWER."} for i in range(len(body["prompt"]))]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+OPTIMIZER_PROMPTS: list[str] = []
+"""The prompts the stub optimizer received."""
 
 
 @pytest.fixture
 def fake_endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOptimizer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    """An OpenAI-compatible /v1/completions that answers every prompt with one instruction."""
+    with stub_endpoint(lambda prompt: " Read the friend, then ANSWER.", OPTIMIZER_PROMPTS) as url:
+        yield url
 
 
 def test_model_proposer_through_an_endpoint(tiny, tmp_path, fake_endpoint):
@@ -138,7 +117,7 @@ def test_model_proposer_through_an_endpoint(tiny, tmp_path, fake_endpoint):
     rows = tr.run()
     assert "read the friend then ans" in tr.engine.population_texts  # cleaned, cut at 24 characters
     assert rows[2]["inspo/proposed"] == 1  # the second identical reply is a repeat, not a candidate
-    assert any(p.startswith("failed with '") or "best so far:" in p for p in FakeOptimizer.prompts)
+    assert any(p.startswith("failed with '") or "best so far:" in p for p in OPTIMIZER_PROMPTS)
 
 
 def test_model_proposer_from_a_local_checkpoint(tmp_path):

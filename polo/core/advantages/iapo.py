@@ -1,7 +1,7 @@
 """IAPO: a trajectory's GRPO advantage re-routed over its turns along the influence graph of observations used."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -16,6 +16,10 @@ from polo.core.segment import segment_sum
 
 MAX_BITS = 63
 """Bits of a non-negative int64 bitmask: turns 0..62 can be referenced."""
+INFLUENCE_THRESHOLD = 0.5
+"""Default τ of the policy's influence probe, nats per action token (see ``IAPO.influence_threshold``)."""
+EDGE_INPUTS = {"oracle": ("uses_support", "uses_failed"), "probe": ("probe_uses_support", "probe_uses_failed")}
+"""The step-row inputs holding the support-use and failed-use bitmasks, per ``IAPO.influence`` source."""
 
 
 def support_reach(tinv: Tensor, step: Tensor, uses_support: Tensor, n_traj: int) -> Tensor:
@@ -80,14 +84,27 @@ class IAPO(AdvantageEstimator):
     from the abstract (a typed influence-dependency graph over the agent's actions, turned into routing weights
     that redistribute the trajectory advantage): the edge encoding, the ω formulas, λ_s, λ_f, ρ and the
     mean-one normalization are our design; so is using the mean of a trajectory's row rewards as its outcome.
-    Inputs ``traj``, ``step``, ``tool_error``, ``uses_support``, ``uses_failed``. Diagnostics:
+    The graph's source is ``influence``: ``oracle`` reads the environment's ``depends_on`` edges (``uses_support``,
+    ``uses_failed``: KBLookup's word-overlap rule, a cheap stand-in that only environments with that answer key
+    report); ``probe`` reads the policy's counterfactual influence probe (``probe_uses_support``,
+    ``probe_uses_failed``, polo.inputs.oracle_probes: an edge where replacing o_j by the environment's
+    placeholder lowers the log-likelihood of turn k's action by more than ``influence_threshold`` nats per
+    token; support or failed use by turn j's own ``valid``/``tool_error`` flags), which any text environment
+    gives. Inputs ``traj``, ``step``, ``tool_error`` and the two bitmasks of the source. Diagnostics:
     ``iapo/weight_max``, ``iapo/weight_min``, ``iapo/reach_frac`` (share of rows reached) and
     ``iapo/fail_frac`` (share of rows whose tool call failed).
     """
 
     paper = "IAPO: Influence-Aware Policy Optimization (arXiv id not found)"
     provenance = "RECONSTRUCTED"
-    requires: ClassVar[frozenset[str]] = frozenset({"traj", "step", "tool_error", "uses_support", "uses_failed"})
+    requires: ClassVar[frozenset[str]] = frozenset({"traj", "step", "tool_error", *EDGE_INPUTS["oracle"]})
+
+    influence: Literal["oracle", "probe"] = "oracle"
+    """Source of the influence graph: the environment's ``depends_on`` answer key (``oracle``) or the policy's
+    counterfactual probe (``probe``); the shipped recipe names it."""
+    influence_threshold: float = Field(default=INFLUENCE_THRESHOLD, gt=0)
+    """τ of the probe: an edge j → k when showing o_j raises the mean log-prob of turn k's action tokens by
+    more than τ nats (read by the ``probe_uses_*`` provider; unused with ``influence: oracle``)."""
 
     lambda_s: float = Field(default=1.0, ge=0)
     """Extra weight λ_s of a turn on a support path to the final turn, for a positive trajectory advantage."""
@@ -98,17 +115,21 @@ class IAPO(AdvantageEstimator):
     eps: float = Field(default=1e-6, gt=0)
     """Added to the std of the trajectory z-score."""
 
+    def needs(self) -> set[str]:
+        return {"traj", "step", "tool_error", *EDGE_INPUTS[self.influence]}
+
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         who = "advantage iapo"
         mask = batch.mask
         reward = episode_reward(batch, who)
-        inputs = {name: step_input(batch, name, who) for name in sorted(self.requires)}
+        inputs = {name: step_input(batch, name, who) for name in sorted(self.needs())}
         traj, step = inputs["traj"], inputs["step"]
         tinv, n_traj, _ = trajectories(traj, batch.group, who, step)
         fail = binary_input(inputs["tool_error"], "tool_error", who)
-        support, failed = inputs["uses_support"].long(), inputs["uses_failed"].long()
+        names = EDGE_INPUTS[self.influence]
+        support, failed = (inputs[name].long() for name in names)
         shift = step.long().clamp(max=MAX_BITS)
-        for name, bits in (("uses_support", support), ("uses_failed", failed)):
+        for name, bits in zip(names, (support, failed)):
             if not bool(((bits >= 0) & ((bits >> shift) == 0)).all()):
                 raise ValueError(f"{who}: the step-row input {name!r} must be a non-negative bitmask with bits "
                                  "only for earlier turns of the same trajectory (bit j < the row's step)")

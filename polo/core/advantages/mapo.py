@@ -2,7 +2,7 @@
 and over the whole batch, then mixed (step rows)."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -19,7 +19,7 @@ class MAPO(AdvantageEstimator):
     """Mixed Advantage Policy Optimization for long-horizon multi-turn dialogue (arXiv 2603.06194; not the
     unrelated "MAPO" of arXiv 2509.18849, which rescales reasoning advantages by percent deviation).
 
-    Turn reward ``r_{i,t} = s_{i,t}``, the ``judge`` score of the turn in [0, 1], plus
+    Turn reward ``r_{i,t} = s_{i,t}``, the judge's score of the turn in [0, 1], plus
     ``outcome_weight·R_i`` on the last turn (``R_i`` = ``batch.scalar_reward()``, the episode outcome; off by
     default). Return ``G_{i,t} = Σ_{k≥t} γ^{k−t} r_{i,k}``, so a turn is credited for what it does to the rest
     of the conversation. Two z-scores of ``G``:
@@ -33,12 +33,22 @@ class MAPO(AdvantageEstimator):
     ``A_{i,t} = λ·A^turn + (1 − λ)·A^batch`` on the row's response tokens. The paper's abstract gives only the
     idea; ours are the reading of "turn level" as same turn index within the group, λ = 0.5, γ = 0.9, the
     small-pool rule, the one-return batch rule and the optional outcome term. Vectorized; no loop.
-    Diagnostics: ``mapo/turn_pool_singleton_frac``, the share of (group, turn index) pools holding one return.
+
+    Where ``s`` comes from (``judge``): ``role``, the paper's judge model: the step input ``turn_judge`` that the
+    ``judge`` role writes for every turn (its context, action and observation; polo.inputs.turn_judge), a failed
+    judgment (NaN) replaced by the mean of the batch's judged turns (ours); ``oracle``: the environment's own
+    per-turn score, the step input ``judge`` (GuessNum's information judge), a cheap stand-in for a judge.
+    Diagnostics: ``mapo/turn_pool_singleton_frac``, the share of (group, turn index) pools holding one return;
+    ``mapo/judge_mean`` and ``mapo/judge_std``, the turn scores' mean and unbiased std (a constant judge makes the
+    advantage the outcome term alone); ``mapo/judge_missing_frac``, the share of turns whose judgment failed.
     """
 
     paper = "MAPO: Mixed Advantage Policy Optimization for Long-Horizon Multi-Turn Dialogue (arXiv:2603.06194)"
     provenance = "RECONSTRUCTED"
-    requires: ClassVar[frozenset[str]] = frozenset({"traj", "step", "judge"})
+    requires: ClassVar[frozenset[str]] = frozenset({"traj", "step", "turn_judge"})
+
+    judge: Literal["role", "oracle"] = "role"
+    """The turn scores: ``role``, the judge role's (input ``turn_judge``); ``oracle``, the environment's (``judge``)."""
 
     gamma: float = Field(default=0.9, ge=0, le=1)
     """Discount of the turn rewards in the Monte Carlo return."""
@@ -49,15 +59,27 @@ class MAPO(AdvantageEstimator):
     eps: float = Field(default=1e-6, gt=0)
     """Added to every std before dividing."""
 
+    @property
+    def judge_input(self) -> str:
+        """The step input holding the turn scores."""
+        return "turn_judge" if self.judge == "role" else "judge"
+
+    def needs(self) -> set[str]:
+        return {"traj", "step", self.judge_input}
+
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         mask = batch.mask
         who = "advantage mapo"
         reward = episode_reward(batch, who)
         traj, step = step_input(batch, "traj", who), step_input(batch, "step", who)
-        judge = step_input(batch, "judge", who).to(reward)
-        if len(judge) and not bool(((judge >= 0) & (judge <= 1)).all()):
-            raise ValueError(f"{who}: the step-row input 'judge' must hold scores in [0, 1], got values in "
-                             f"[{float(judge.min()):g}, {float(judge.max()):g}]")
+        name = self.judge_input
+        judge = step_input(batch, name, who, missing_ok=self.judge == "role").to(reward)
+        missing = judge.isnan()
+        judged = judge[~missing]
+        if len(judged) and not bool(((judged >= 0) & (judged <= 1)).all()):
+            raise ValueError(f"{who}: the step-row input {name!r} must hold scores in [0, 1], got values in "
+                             f"[{float(judged.min()):g}, {float(judged.max()):g}]")
+        judge = torch.where(missing, judged.mean() if len(judged) else 0.0, judge)
         tinv, n_traj, _ = trajectories(traj, batch.group, who, step)
         length = trajectory_length(tinv, n_traj)
         step = step.long()
@@ -71,5 +93,8 @@ class MAPO(AdvantageEstimator):
         a_batch = (ret - mean) / (std + self.eps)
         adv = self.lam * a_turn + (1 - self.lam) * a_batch
         size = torch.bincount(pool)
-        diagnostics = {"mapo/turn_pool_singleton_frac": float((size == 1).double().mean()) if len(size) else 0.0}
+        diagnostics = {"mapo/turn_pool_singleton_frac": float((size == 1).double().mean()) if len(size) else 0.0,
+                       "mapo/judge_mean": float(judged.mean()) if len(judged) else 0.0,
+                       "mapo/judge_std": float(judged.std()) if len(judged) > 1 else 0.0,
+                       "mapo/judge_missing_frac": float(missing.double().mean()) if len(judge) else 0.0}
         return AdvantageResult(adv[:, None] * mask, diagnostics=diagnostics)

@@ -30,8 +30,8 @@ class SOPO(AdvantageEstimator):
     scaling): the ``λ_s^{k−1}`` law, leaving negative advantages unscaled and counting attempts from the hint
     rows are our design, as is taking a trajectory's outcome as the mean of its rows' rewards. Inputs ``traj``
     and ``hint``. Diagnostics: ``sopo/mean_attempts`` (mean k over trajectories), ``sopo/hinted_frac`` (share of
-    trajectories with k > 1) and ``sopo/discounted_frac`` (share of trajectories whose positive advantage was
-    scaled down).
+    trajectories with k > 1), ``sopo/hinted_turn_frac`` (share of step rows answered with a hint) and
+    ``sopo/discounted_frac`` (share of trajectories whose positive advantage was scaled down).
     """
 
     paper = "SOPO: Socratic-guided Policy Optimization (arXiv id not found)"
@@ -60,5 +60,6 @@ class SOPO(AdvantageEstimator):
             "sopo/mean_attempts": float(attempts.mean()) if n_traj else 0.0,
             "sopo/hinted_frac": float((attempts > 1).double().mean()) if n_traj else 0.0,
             "sopo/discounted_frac": float(per_traj.double().mean()) if n_traj else 0.0,
+            "sopo/hinted_turn_frac": float(hint.double().mean()) if len(hint) else 0.0,
         }
         return AdvantageResult(adv[:, None] * mask, diagnostics=diagnostics)

@@ -3,10 +3,10 @@ that the estimators on step rows share.
 
 A multi-turn engine writes one batch row per (episode, turn) and these ``[N]`` tensors into ``extras``
 (``multi_turn`` writes the environment-independent ones always and an oracle when the environment reports
-it); the probe inputs (``gold_logp``, ``info_gain``, ``memory_utility``) come from input providers. An
-estimator declares the names it reads in ``requires``/``needs()`` and reads each with ``step_input``
-(``binary_input`` for a 0/1 flag), the episode reward with ``episode_reward`` and the trajectory index of its
-rows with ``trajectories``.
+it); the probe inputs (``gold_logp``, ``info_gain``, ``memory_utility``, ``probe_uses_*``, ``probe_relevance``)
+and the judge role's ``turn_judge`` come from input providers. An estimator declares the names it reads in ``requires``/``needs()`` and reads each
+with ``step_input`` (``binary_input`` for a 0/1 flag), the episode reward with ``episode_reward`` and the
+trajectory index of its rows with ``trajectories``.
 """
 from __future__ import annotations
 
@@ -27,12 +27,19 @@ STEP_INPUTS = {
     "valid": "1.0 when the action parsed, else 0.0",
     "tool_error": "1.0 when a well-formed tool call found nothing, else 0.0",
     "judge": "the environment's per-turn process score in [0, 1] (GuessNum's judge_score)",
+    "turn_judge": "the judge role's score of the row's turn (its context, action and observation) in [0, 1], "
+                  "NaN where the judgment failed (the turn_judge provider)",
     "ev": "1.0 when the turn's observation held new gold evidence (KBLookup's evidence oracle)",
     "uses_support": "bitmask: bit j set ⇔ the turn used the successful observation of turn j",
     "uses_failed": "bitmask: bit j set ⇔ the turn used the failed observation of turn j, or retried it",
     "hint": "1.0 when the turn's observation carried a teacher hint (GuessNum with teacher_hints)",
     "memory_write": "1.0 when the turn's action wrote the memory (KBLookup with memory)",
     "memory_relevance": "share of the gold evidence words among the words a memory write added, in [0, 1]",
+    "probe_uses_support": "bitmask like uses_support, read off the policy: bit j set ⇔ showing the successful "
+                          "observation of turn j raised the turn's action log-prob by more than IAPO's threshold",
+    "probe_uses_failed": "bitmask like uses_failed, read off the policy: the same probe on failed observations",
+    "probe_relevance": "HiMPO's hindsight relevance read off the policy: the share of the final action's surprisal "
+                       "(after task and memory) that the memory write removed, in [0, 1]; 0 on other rows",
     "gold_logp": "mean log-prob of the gold answer's tokens after the row's context and the probe prefix",
     "info_gain": "InfoPO's counterfactual information gain credited to the row's turn (0 without one)",
     "memory_utility": "Rec(memory after the write) - Rec(memory before), 0 on rows that write no memory",
@@ -42,18 +49,20 @@ STEP_INPUTS = {
     "branch_token": "first response column the branch term covers: in APPO's branched trajectory the column after "
                     "the branch token b on its branched-turn row, 0 on every other row",
     "branch_scale": "APPO's procedure-level scale s_b = 1 + α·Ω̂_b of the row's branch point",
+    "branch_entropy": "APPO: the sampling entropy of the row's branch token over its episode's mean token entropy",
     "sibling": "1.0 on a re-sampled sibling row (one step, trains its argument tokens only), 0.0 otherwise",
     "arg_start": "response tokens before the action's argument (2 for 's:<name>'); the argument follows",
     "cf_decision": "1.0 on the decision turn that a counterfactual rollout re-played, else 0.0",
     "cf_delta": "R_i - R^cf_i, the outcome gain over the counterfactual, on the decision row; 0.0 elsewhere",
 }
 INTEGER_INPUTS = frozenset({"traj", "step", "anchor", "next_anchor", "action_key", "uses_support", "uses_failed",
-                            "branch", "branch_token", "arg_start"})
+                            "probe_uses_support", "probe_uses_failed", "branch", "branch_token", "arg_start"})
 
 
-def step_input(batch: RolloutBatch, name: str, who: str) -> Tensor:
+def step_input(batch: RolloutBatch, name: str, who: str, missing_ok: bool = False) -> Tensor:
     """``batch.extras[name]`` checked to be ``[N]``: an integer dtype for ids and bitmasks, finite floating
-    point otherwise; ValueError naming ``who``, the input and what is expected."""
+    point otherwise (``missing_ok``: NaN allowed, marking a missing value such as a failed judgment); ValueError
+    naming ``who``, the input and what is expected."""
     N = batch.batch_size
     where = f"{who} needs the step-row input {name!r} [{N}] ({STEP_INPUTS[name]}), written by a multi-turn engine"
     value = batch.require(name, where)
@@ -62,8 +71,8 @@ def step_input(batch: RolloutBatch, name: str, who: str) -> Tensor:
     if name in INTEGER_INPUTS:
         if value.is_floating_point() or value.dtype == torch.bool:
             raise ValueError(f"{where}; got dtype {value.dtype}, expected an integer dtype")
-    elif not torch.isfinite(value.double()).all():
-        raise ValueError(f"{where}; it holds non-finite values")
+    elif not (torch.isfinite(value.double()) | (missing_ok & value.isnan())).all():
+        raise ValueError(f"{where}; it holds {'infinite' if missing_ok else 'non-finite'} values")
     return value
 
 

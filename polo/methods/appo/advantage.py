@@ -17,7 +17,11 @@ from polo.core.batch import RolloutBatch
 from polo.core.registry import ADVANTAGES
 from polo.core.segment import segment_sum
 
-APPO_INPUTS = ("traj", "step", "branch", "branch_token", "branch_scale")
+APPO_INPUTS = ("traj", "step", "branch", "branch_token", "branch_scale", "branch_entropy")
+GAIN_FLOOR = 1e-3
+"""Nats: a trajectory whose future likelihood gain Ω spans less than this has not moved from the reference. While
+the policy is its reference (the first step) Ω is the float32 difference between the sampler's and a forward
+pass's log-probs (measured ~2e-6 on KBLookup); one update later it spans 0.03 to 0.3 or more."""
 
 
 def future_likelihood_gain(lam: Tensor, window: int, gamma: float) -> Tensor:
@@ -55,7 +59,10 @@ def branch_scores(entropy: Tensor, lam: Tensor, window: int, gamma: float,
     ``entropy`` and ``lam`` are ``[..., L]`` over the trajectory's generated (trainable) tokens in order (the
     caller drops observation and tool-output tokens first): ``Ω = future_likelihood_gain(lam, window, gamma)``,
     ``Ĥ`` and ``Ω̂`` the min-max normalizations ``(x − min)/(max − min + eps)`` over the last dimension, and
-    ``BS = Ĥ·Ω̂``. ValueError on mismatched shapes or non-finite values."""
+    ``BS = Ĥ·Ω̂``. Where Ω spans less than ``GAIN_FLOOR`` (the policy has not moved from its reference: the
+    first step, when the reference is the policy), min-max would blow float noise up to [0, 1] and pick a
+    random token; there ``Ω̂ = 0`` (no procedure scaling) and ``BS = Ĥ``: entropy alone ranks the positions
+    until the gain has something to say (our choice). ValueError on mismatched shapes or non-finite values."""
     if entropy.shape != lam.shape:
         raise ValueError(f"branch_scores: entropy and lam must have one shape, got {tuple(entropy.shape)} and "
                          f"{tuple(lam.shape)}")
@@ -63,8 +70,12 @@ def branch_scores(entropy: Tensor, lam: Tensor, window: int, gamma: float,
         if not x.is_floating_point() or not bool(torch.isfinite(x).all()):
             raise ValueError(f"branch_scores: {name} must be finite floating point")
     omega = future_likelihood_gain(lam, window, gamma)
-    h_hat, omega_hat = _min_max(entropy, eps), _min_max(omega, eps)
-    return omega, h_hat, omega_hat, h_hat * omega_hat
+    h_hat = _min_max(entropy, eps)
+    if omega.shape[-1] == 0:
+        return omega, h_hat, omega.clone(), h_hat.clone()
+    moved = omega.amax(-1, keepdim=True) - omega.amin(-1, keepdim=True) >= GAIN_FLOOR
+    omega_hat = torch.where(moved, _min_max(omega, eps), 0.0)
+    return omega, h_hat, omega_hat, h_hat * torch.where(moved, omega_hat, 1.0)
 
 
 def select_branch_points(bs: Tensor, k: int, min_gap: int) -> list[int]:
@@ -108,7 +119,9 @@ class APPO(AdvantageEstimator):
     ``BS_k = Ĥ_k·Ω̂_k`` multiplies the min-max normalized entropy and gain, so a branch needs both an uncertain
     token and a continuation the training has moved. The top-scoring positions b (ties → earlier, at least
     ``min_gap`` apart) each get M continuations re-sampled from token b+1 on (children, ``batch.parent`` = the
-    branched trajectory's ``traj``), and the branch point's scale is ``s_b = 1 + alpha·Ω̂_b``.
+    branched trajectory's ``traj``), and the branch point's scale is ``s_b = 1 + alpha·Ω̂_b`` (``alpha`` is the
+    brancher's setting, ``engine.tree.alpha``: the estimator reads the scale the engine wrote). While the policy
+    is its reference (step 1), Ω is 0 and the entropy alone picks b (``branch_scores``).
 
     Credit, on step rows (one per turn; a child's rows start at its branched turn, its copied prefix tokens
     masked). Per trajectory x with episode reward ``R_x``, in task group g (``batch.group``):
@@ -129,9 +142,12 @@ class APPO(AdvantageEstimator):
     trajectory and start at 0 on roots (a child starts at its branched turn). Vectorized over rows and
     trajectories (no Python loop). Our design choices (the method was read from third-party summaries): the
     reference policy in λ, min-max normalization, the window, adding the two terms per token, K, M and alpha.
-    Inputs: ``traj``, ``step``, ``branch``, ``branch_token`` (``[N]`` long) and ``branch_scale`` (``[N]``
-    float), described in ``step_inputs.STEP_INPUTS``; ``batch.parent`` (parent trajectory id, −1 for roots). Diagnostics:
-    ``appo/branch_groups`` (count) and ``appo/branch_adv_abs_mean`` (mean ``|A^br|`` over their trajectories).
+    Inputs: ``traj``, ``step``, ``branch``, ``branch_token`` (``[N]`` long), ``branch_scale`` and
+    ``branch_entropy`` (``[N]`` float), described in ``step_inputs.STEP_INPUTS``; ``batch.parent`` (parent
+    trajectory id, −1 for roots). Diagnostics: ``appo/branch_groups`` (count), ``appo/branch_adv_abs_mean`` (mean
+    ``|A^br|`` over their trajectories), ``appo/branch_entropy_ratio`` (mean over branch points of the chosen
+    token's sampling entropy over its episode's mean: above 1 when the score picks uncertain tokens) and
+    ``appo/branch_scale_mean`` (mean ``s_b``: above 1 once the policy has moved from its reference).
     Paper: Agentic Procedural Policy Optimization (arXiv:2606.12384).
     """
 
@@ -139,9 +155,6 @@ class APPO(AdvantageEstimator):
     provenance = "SECONDARY"
     requires: ClassVar[frozenset[str]] = frozenset(APPO_INPUTS)
 
-    alpha: float = Field(default=1.0, ge=0)
-    """Procedure-level scaling s_b = 1 + alpha·Ω̂_b: the engine's setting when it writes branch_scale (the
-    estimator reads branch_scale, not alpha)."""
     eps: float = Field(default=1e-6, gt=0)
     """Added to the unbiased std of both z-scores."""
 
@@ -154,6 +167,7 @@ class APPO(AdvantageEstimator):
         branch = step_input(batch, "branch", who).long()
         token = step_input(batch, "branch_token", who).long()
         scale = step_input(batch, "branch_scale", who).to(reward)
+        entropy_ratio = step_input(batch, "branch_entropy", who).to(reward)
         parent = batch.parent
         if parent is None or parent.shape != (N,) or parent.is_floating_point() or parent.dtype == torch.bool:
             raise ValueError(f"{who} needs batch.parent [{N}] (the parent trajectory id of each row, -1 for roots) "
@@ -163,7 +177,9 @@ class APPO(AdvantageEstimator):
         tinv, n_traj, traj_group = trajectories(traj, group, who)
         if not n_traj:
             return AdvantageResult(mask.clone(), diagnostics={"appo/branch_groups": 0.0,
-                                                               "appo/branch_adv_abs_mean": 0.0})
+                                                               "appo/branch_adv_abs_mean": 0.0,
+                                                               "appo/branch_entropy_ratio": 0.0,
+                                                               "appo/branch_scale_mean": 0.0})
 
         # Step rows: contiguous per trajectory, from 0 on roots (a child starts at its branched turn).
         step = step.long()
@@ -227,8 +243,17 @@ class APPO(AdvantageEstimator):
         cover = in_branch[:, None] & (cols[None, :] >= token[:, None])
         bonus = torch.where(in_branch, scale * a_br_t[tinv], 0.0)
         adv = (a_out_t[tinv][:, None] + cover.to(reward) * bonus[:, None]) * mask
+        def per_point(x: Tensor) -> float:
+            """The mean over branch points of a value every row of a branch group carries."""
+            if not n_groups:
+                return 0.0
+            return float((segment_sum(x[in_branch], binv, n_groups) / segment_sum(torch.ones_like(x[in_branch]), binv,
+                                                                                 n_groups)).mean())
+
         diagnostics = {
             "appo/branch_groups": float(n_groups),
             "appo/branch_adv_abs_mean": float(a_br_t[members].abs().mean()) if n_groups else 0.0,
+            "appo/branch_entropy_ratio": per_point(entropy_ratio),
+            "appo/branch_scale_mean": per_point(scale),
         }
         return AdvantageResult(adv, diagnostics=diagnostics)

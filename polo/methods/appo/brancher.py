@@ -5,8 +5,8 @@ branching score (``tree: {name: appo}``; the ``appo`` advantage reads ``branch``
 Over each root episode's generated tokens (its actions in order, stop tokens excluded: a branch after one would
 continue a finished action) the branching score ``BS_k = Ĥ_k·Ω̂_k`` (min-max normalized sampling entropy times
 the normalized discounted sum of the next ``window`` tokens' log-ratios ``log π_θ − log π_ref``, the reference
-role's; ``polo.methods.appo.advantage.branch_scores``) picks one position b; ``branches`` children replay the turns
-before b's turn, keep b's action up to and including b (forced, mask 0) and sample the rest of the episode.
+role's; ``polo.methods.appo.advantage.branch_scores``) picks one position b; ``branches`` children start from the state
+before b's turn (``Episode.branch``), keep b's action up to and including b (forced, mask 0) and sample the rest of the episode.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class TokenBranches(Brancher):
 
     paper = "Agentic Procedural Policy Optimization (arXiv:2606.12384)"
     provenance = "SECONDARY"
-    writes = {"branch": -1, "branch_token": 0, "branch_scale": 1.0}
+    writes = {"branch": -1, "branch_token": 0, "branch_scale": 1.0, "branch_entropy": 0.0}
     reads_entropy = True
     engine_keys = {"token_branches": "branches", "branch_window": "window", "branch_gamma": "gamma",
                    "branch_alpha": "alpha"}
@@ -44,9 +44,9 @@ class TokenBranches(Brancher):
         return {"reference"}
 
     def grow(self, engine: Player, policy, tree: Tree, generator: torch.Generator) -> None:
-        """Play the continuations and add them to the tree; ``branch`` and ``branch_scale`` (``1 + α·Ω̂_b``) go on
-        the branch point's row, the root's later rows and every child's rows, ``branch_token`` (b's column + 1)
-        on the branch point's row."""
+        """Play the continuations and add them to the tree; ``branch``, ``branch_scale`` (``1 + α·Ω̂_b``) and
+        ``branch_entropy`` (b's sampling entropy over the episode's mean) go on the branch point's row, the root's
+        later rows and every child's rows, ``branch_token`` (b's column + 1) on the branch point's row."""
         reference = engine.settings.models.get("reference")
         if reference is None:
             raise ValueError("engine multi_turn: tree appo needs the reference role's model")
@@ -74,14 +74,17 @@ class TokenBranches(Brancher):
             point = select_branch_points(bs, 1, 1)[0]
             step, col, _, _, response = seq[point]
             scale = float(procedure_scale(omega_hat, [point], self.alpha)[0])
-            values = {f"branch@{step}": branch_id, f"branch_token@{step}": col + 1, f"branch_scale@{step}": scale}
-            for later in range(step + 1, len(ep.history)):
-                values.update({f"branch@{later}": branch_id, f"branch_scale@{later}": scale})
+            mean_entropy = float(entropy.mean())
+            ratio = float(entropy[point]) / mean_entropy if mean_entropy > 0 else 1.0
+            point_values = {"branch": branch_id, "branch_scale": scale, "branch_entropy": ratio}
+            values = {f"branch_token@{step}": col + 1}
+            for later in range(step, len(ep.history)):
+                values.update({f"{name}@{later}": value for name, value in point_values.items()})
             tree.extras.setdefault(ep.traj, {}).update(values)
             for _ in range(self.branches):
                 children.append(Episode.branch(task.make_env(), ep, step, next_traj))
                 prefix[next_traj] = response[: col + 1].tolist()
-                tree.extras[next_traj] = {"branch": branch_id, "branch_scale": scale}
+                tree.extras[next_traj] = dict(point_values)
                 tree.group_of[next_traj] = tree.group_of[ep.traj]
                 next_traj += 1
             branch_id += 1

@@ -36,7 +36,9 @@ class CIPO(AdvantageEstimator):
     decision turn with ``−lam_cf·Δ`` is not supported). Our design choices (the paper's method was reconstructed
     from its abstract): the n-gram skill scoring, the eligibility rule, lam_cf and applying Δ to the decision
     row only. Vectorized over rows. Diagnostics: ``cipo/decision_frac`` (share of trajectories with a decision
-    row), ``cipo/delta_mean`` and ``cipo/delta_abs_mean`` (over decision rows).
+    row), ``cipo/delta_mean`` and ``cipo/delta_abs_mean`` (over decision rows); with the brancher's
+    ``skills_mined`` and ``skills_offered`` rows (polo.methods.cipo.brancher), ``cipo/mined_skills`` (skills mined
+    this step) and ``cipo/mined_offered`` (the environment's composites among them, offered as alternatives).
     """
 
     paper = "Counterfactual Imagination Policy Optimization (CIPO; arXiv id not found)"
@@ -77,4 +79,7 @@ class CIPO(AdvantageEstimator):
                 "cipo/delta_mean": float(delta[is_dec].mean()) if n_dec else 0.0,
                 "cipo/delta_abs_mean": float(delta[is_dec].abs().mean()) if n_dec else 0.0,
             }
+        for name, key in (("skills_mined", "cipo/mined_skills"), ("skills_offered", "cipo/mined_offered")):
+            if name in batch.extras and batch.batch_size:
+                diagnostics[key] = float(batch.extras[name].max())
         return AdvantageResult(adv[:, None] * mask, diagnostics=diagnostics)

@@ -9,11 +9,13 @@ action, and the task's ``RuleBase``) and returns one ``Verdict`` per step.
 * ``RuleChecker`` (the default): ``risky`` ⇔ a rule of the rule base forbids the action; ``deviated`` ⇔ not
   ``env.progress(action)`` (the environment's task-alignment oracle); guidance ``"hint: <t> is restricted"``
   per broken rule, then ``"hint: <env.guidance()>"`` when deviated.
-* ``JudgeChecker``: the ``judge`` role (polo/roles/judge.py) with two criteria, ``threat_risk`` and
-  ``task_alignment``, each scoring (context, action) in [0, 1] with the rule base's text as the example's
-  ``rubric``: ``risky`` ⇔ threat_risk > ``threshold``, ``deviated`` ⇔ task_alignment < ``threshold``; a failed
-  judgment (NaN) flags nothing. Guidance: the rule base's text when risky, the environment's guidance when
-  deviated.
+  Reads the environment's oracles (its gold chain): the named stand-in for a model checker.
+* ``JudgeChecker``: the ``judge`` role (polo/roles/judge.py: a causal LM, a classifier or an HTTP endpoint) with
+  two criteria, ``threat_risk`` and ``task_alignment``, each scoring (context, action) in [0, 1] with the rule
+  base's text as the example's ``rubric``: ``risky`` ⇔ threat_risk > ``threshold``, ``deviated`` ⇔
+  task_alignment < ``threshold``; a failed judgment (NaN) flags nothing. Guidance: the rule base's text when
+  risky, ``"<action> is off task"`` when deviated. It reads nothing of the environment but its policy document
+  (through the rule base), so it checks an environment without oracles.
 """
 from __future__ import annotations
 
@@ -82,6 +84,6 @@ class JudgeChecker:
         for step, (risk, alignment) in zip(steps, scores.tolist()):
             risky, deviated = risk > self.threshold, alignment < self.threshold  # NaN compares False
             parts = ([step.rules.text()] if risky and step.rules.rules else []) + (
-                [step.env.guidance()] if deviated else [])
+                [f"{step.action} is off task"] if deviated else [])
             out.append(Verdict(risky, deviated, _hint(parts)))
         return out

@@ -22,10 +22,11 @@ and a Utility Agent that checks each proposed step for threat risk and task alig
 Rows also carry ``risky``, ``aligned``, ``regenerated`` (the regenerations of the row's step) and
 ``proposed_risky`` (the policy's first proposal for the step was risky: blocked when it was regenerated). Per
 step the engine logs ``harmony/compliance`` (episodes with no risky step), ``harmony/risky_rate``,
-``harmony/proposed_risky_rate`` and ``harmony/aligned_rate`` (over steps) and ``harmony/regenerations_per_step``. Held-out evaluation plays every
-seed greedily twice, without the checker (``unguarded``) and with it (``guarded``, at least one
-regeneration), and reports both modes' success and compliance as ``eval/harmony/*``; the greedy accuracy is
-the success of the mode the engine trains with. ``regenerations: 0`` plays the policy unguarded (the checker
+``harmony/proposed_risky_rate`` and ``harmony/aligned_rate`` (over steps), ``harmony/regenerations_per_step`` and
+``harmony/rules_learned`` (rules the Policy Agent added from violations, per task instance of the rollout).
+Held-out evaluation plays every seed greedily twice, without the checker (``unguarded``) and with it (``guarded``,
+at least one regeneration), and reports both modes' success and compliance as ``eval/harmony/*``; the greedy
+accuracy is the success of the mode the engine trains with. ``regenerations: 0`` plays the policy unguarded (the checker
 still labels the steps for the reward); ``mu: 0, lam: 0`` leaves the environment's reward alone.
 """
 from __future__ import annotations
@@ -48,7 +49,8 @@ from polo.methods.harmony_guard.policy_document import RuleBase
 from polo.engines.multi_turn import MultiTurn
 
 ROW_INPUTS = ("risky", "aligned", "regenerated", "proposed_risky")
-ENV_NEEDS = ("policy_document", "progress", "guidance")
+ENV_NEEDS = {"rules": ("policy_document", "progress", "guidance"), "judge": ("policy_document",)}
+"""What each checker reads of the environment: the rule checker its task-alignment oracle too."""
 
 
 def _pad_rows(x: Tensor, width: int, value, left: bool) -> Tensor:
@@ -91,6 +93,7 @@ class HarmonyGuard(MultiTurn):
     _pending: dict[tuple[int, int], tuple[Verdict, int, bool]] = PrivateAttr(default_factory=dict)
     _learned: set[tuple[int, int]] = PrivateAttr(default_factory=set)
     _eval: dict[str, float] = PrivateAttr(default_factory=dict)
+    _rules_learned: float = PrivateAttr(0.0)
 
     @model_validator(mode="after")
     def _no_trees(self) -> "HarmonyGuard":
@@ -105,10 +108,11 @@ class HarmonyGuard(MultiTurn):
     def setup(self, setup: EngineSetup) -> None:
         super().setup(setup)
         env = setup.task.make_env()
-        missing = [name for name in ENV_NEEDS if not hasattr(type(env), name)]
+        missing = [name for name in ENV_NEEDS[self.checker] if not hasattr(type(env), name)]
         if missing:
+            oracle = " and a task-alignment oracle (or engine.checker: judge)" if self.checker == "rules" else ""
             raise ConfigError(f"engine harmony_guard: environment {env.name!r} has no {', '.join(missing)}; use one "
-                              f"with a policy document and a task-alignment oracle, e.g. GuardedKB-v0")
+                              f"with a policy document{oracle}, e.g. GuardedKB-v0")
         self._checker = JudgeChecker(setup.models["judge"], self.threshold) if self.checker == "judge" \
             else RuleChecker()
 
@@ -118,8 +122,11 @@ class HarmonyGuard(MultiTurn):
 
     def rollout(self, policy, examples, prompt_index, generator, *, samples_per_prompt=None, greedy=False):
         self._reset(self.regenerations)
-        return super().rollout(policy, examples, prompt_index, generator, samples_per_prompt=samples_per_prompt,
-                               greedy=greedy)
+        got = super().rollout(policy, examples, prompt_index, generator, samples_per_prompt=samples_per_prompt,
+                              greedy=greedy)
+        learned = [rule.source == "violation" for base in self._rules.values() for rule in base.rules]
+        self._rules_learned = sum(learned) / max(len(self._rules), 1)
+        return got
 
     def rule_base(self, episode: Episode) -> RuleBase:
         """The rule base of ``episode``'s task instance (parsed on first use in this rollout)."""
@@ -211,7 +218,8 @@ class HarmonyGuard(MultiTurn):
             return {}
         got = guard_metrics(x["traj"], x["risky"], x["aligned"], x["regenerated"])
         return {**{f"harmony/{k}": v for k, v in got.items()},
-                "harmony/proposed_risky_rate": float(x["proposed_risky"].float().mean())}
+                "harmony/proposed_risky_rate": float(x["proposed_risky"].float().mean()),
+                "harmony/rules_learned": self._rules_learned}
 
     def evaluate(self, policy, examples) -> float:
         """Greedy episodes of ``examples`` without and with the checker; returns the trained mode's success."""

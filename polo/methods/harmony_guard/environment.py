@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+from typing import Literal
+
 from pydantic import Field, PrivateAttr, model_validator
 
 from polo.envs.base import Transition
@@ -36,6 +38,9 @@ class GuardedKB(KBLookup):
     """Restricted entities per episode (at most the entities off the gold chain)."""
     documented: int | None = Field(None, ge=0)
     """How many of them the policy document names (None: all); the rest are found only by their violations."""
+    undocumented: Literal["last", "tempting"] = "last"
+    """Which restricted entities the document leaves out when it names fewer than all: the least tempting (last) or
+    the most tempting (the chain entities' friends first)."""
     show_policy: bool = True
     """Append the policy document to the question the agent reads."""
 
@@ -69,7 +74,8 @@ class GuardedKB(KBLookup):
         others = [name for name in self._kb if name not in self._chain and name not in tempting]
         rng.shuffle(others)
         self._restricted = (tempting + others)[: self.restricted]
-        named = self._restricted[: self.documented]
+        hidden = len(self._restricted) - (len(self._restricted) if self.documented is None else self.documented)
+        named = self._restricted[hidden:] if self.undocumented == "tempting" else self._restricted[: self.documented]
         self._document = f"never search {', '.join(named)}." if named else ""
         return f"{question} {self._document}" if self.show_policy and named else question
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from polo.roles.http_judge import EndpointClient
-from polo.engines.sampler import sample
+from polo.engines.replies import sample_replies
 
 UNSAFE = re.compile(r"[^a-z0-9 ]+")
 
@@ -104,7 +104,7 @@ class ModelProposer:
                  generator: torch.Generator) -> list[str]:
         best = population[max(range(len(population)), key=lambda i: scores[i])] if population else ""
         prompts = [proposal_prompt(replay, best)] * k
-        replies = (self._local(prompts, generator) if self.policy is not None
+        replies = (sample_replies(self.policy, prompts, self.max_chars, generator) if self.policy is not None
                    else [r.text for r in self.client.complete(prompts)])
         out, taken = [], set(population)
         for reply in replies:
@@ -116,11 +116,3 @@ class ModelProposer:
             out.append(text)
         return out
 
-    @torch.no_grad()
-    def _local(self, prompts: list[str], generator: torch.Generator) -> list[str]:
-        limit = getattr(self.policy.hf_model.config, "max_position_embeddings", None)
-        if limit is not None:
-            prompts = [p[-(limit - self.max_chars - 2):] for p in prompts]
-        ids, mask = self.policy.encode_prompts(prompts)
-        out = sample(self.policy, ids, mask, max_new_tokens=self.max_chars, generator=generator)
-        return self.policy.decode(out.response_ids, out.response_mask)

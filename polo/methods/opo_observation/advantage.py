@@ -93,7 +93,8 @@ class OPOObservation(AdvantageEstimator):
     ``opo_observation`` because ``opo`` names an unrelated optimal-baseline estimator. Vectorized over rows (no
     loop over trajectories or groups). Diagnostics: ``opo_observation/branch_groups``,
     ``opo_observation/sibling_frac`` (share of rows that are siblings), ``opo_observation/branch_flat_frac``
-    (share of branch groups whose ``ev`` are all equal, hence no signal) and
+    (share of branch groups whose ``ev`` are all equal, hence no signal), ``opo_observation/informative_groups``
+    (branch groups whose ``ev`` differ: the ones whose sibling advantage is not 0) and
     ``opo_observation/sib_adv_abs_mean`` (over rows in branch groups).
     """
 
@@ -166,6 +167,7 @@ class OPOObservation(AdvantageEstimator):
         diag = {
             "opo_observation/branch_groups": float(n_groups),
             "opo_observation/branch_flat_frac": float((ev_hi == ev_lo)[real].double().mean()) if n_groups else 0.0,
+            "opo_observation/informative_groups": float((ev_hi > ev_lo)[real].sum()),
             "opo_observation/sib_adv_abs_mean": float(a_sib[member].abs().mean()) if bool(member.any()) else 0.0,
         }
         return a_sib, diag

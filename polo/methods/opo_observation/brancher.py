@@ -45,6 +45,10 @@ class ObservationSiblings(Brancher):
     redundancy: float = Field(0.5, ge=0, le=1)
     """... and its argument's word overlap (Jaccard) with earlier arguments is at most this."""
 
+    def branch_point(self, episode: Episode, action: str) -> bool:
+        """The state before an observation call (an event's siblings start there)."""
+        return episode.env.observation_argument(action) is not None
+
     def grow(self, engine: Player, policy, tree: Tree, generator: torch.Generator) -> None:
         """Play the siblings; ``branch`` and ``arg_start`` go on the event's row and on every sibling's,
         ``sibling`` = 1 on the siblings'."""
