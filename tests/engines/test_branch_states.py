@@ -115,12 +115,17 @@ def branch_rows_start_from_their_parents(got) -> int:
     return len(firsts)
 
 
-def test_a_non_deterministic_environment_is_branched_from_its_snapshots(policy, envs):
-    task, eng = engine_for("drift-snapshots", {"name": "multi_turn", "tree": {"name": "test_retry"}})
+def retried(policy, env: str):
+    """One rollout of 2 tasks with ``test_retry`` branches on ``env``, and the resets and steps it made."""
+    task, eng = engine_for(env, {"name": "multi_turn", "tree": {"name": "test_retry"}})
     examples, before = task.examples("train", 2, seed=0), dict(CALLS)
     got = eng.rollout(policy, examples, [0, 1], torch.Generator().manual_seed(0))
-    after = {k: CALLS[k] - before[k] for k in CALLS}
     assert branch_rows_start_from_their_parents(got) == 2 * 2 * 3
+    return got, {k: CALLS[k] - before[k] for k in CALLS}
+
+
+def test_a_non_deterministic_environment_is_branched_from_its_snapshots(policy, envs):
+    got, after = retried(policy, "drift-snapshots")
     assert after == {"reset": 2 * 3, "step": got.batch.batch_size}  # the roots' resets; every step is a row
     returns = {r.traj: float(got.batch.rewards[i, 0]) for i, r in enumerate(got.turns)}
     for traj in {r.traj for r in got.turns if r.depth == 1}:  # its parent's rewards before it, then its own
@@ -130,11 +135,7 @@ def test_a_non_deterministic_environment_is_branched_from_its_snapshots(policy, 
 
 
 def test_a_deterministic_environment_without_snapshots_is_replayed(policy, envs):
-    task, eng = engine_for("drift-replays", {"name": "multi_turn", "tree": {"name": "test_retry"}})
-    examples, before = task.examples("train", 2, seed=0), dict(CALLS)
-    got = eng.rollout(policy, examples, [0, 1], torch.Generator().manual_seed(0))
-    after = {k: CALLS[k] - before[k] for k in CALLS}
-    assert branch_rows_start_from_their_parents(got) == 2 * 2 * 3
+    got, after = retried(policy, "drift-replays")
     replayed = 2 * 3 * 2  # the branches after 2 turns replay them
     assert after == {"reset": 2 * 3 + 2 * 2 * 3, "step": got.batch.batch_size + replayed}
 
