@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from common import write_marked
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "polo" / "recipes"
@@ -227,13 +227,7 @@ def main() -> None:
     print(text)
     print(f"\n{sum(r['acts'] for *_, r in results)} of {len(results)} mechanisms acted")
     if args.write:
-        page = Path(args.write)
-        new, n = re.subn(r"(<!-- agents-acting:start -->\n).*?(<!-- agents-acting:end -->)",
-                         lambda m: m[1] + text + "\n" + m[2], page.read_text(), flags=re.DOTALL)
-        if n != 1:
-            sys.exit(f"--write {page}: expected one '<!-- agents-acting:start -->' ... '<!-- agents-acting:end -->' "
-                     f"block, found {n}")
-        page.write_text(new)
+        write_marked(args.write, "agents-acting", text)
 
 
 if __name__ == "__main__":

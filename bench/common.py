@@ -11,6 +11,7 @@ import functools
 import inspect
 import math
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -363,3 +364,15 @@ def print_table(title: str, header: list[str], rows: list[list]) -> None:
         if k == 0:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     sys.stdout.flush()
+
+
+def write_marked(page: str | Path, marker: str, text: str) -> None:
+    """Replace the text between ``<!-- MARKER:start -->`` and ``<!-- MARKER:end -->`` in ``page`` with ``text`` (a
+    generated table); exits naming the page when it has not exactly one such block."""
+    page = Path(page)
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    new, n = re.subn(f"({re.escape(start)}\n).*?({re.escape(end)})", lambda m: m[1] + text + "\n" + m[2],
+                     page.read_text(), flags=re.DOTALL)
+    if n != 1:
+        sys.exit(f"--write {page}: expected one '{start}' ... '{end}' block, found {n}")
+    page.write_text(new)

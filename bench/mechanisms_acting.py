@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import re
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from common import write_marked
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELLED = ROOT / "tests" / "train" / "data" / "labelled_addition.jsonl"
@@ -180,12 +181,7 @@ def main() -> None:
     print(text)
     print(f"\n{sum(r['acts'] for _, r in results)} of {len(results)} mechanisms acted")
     if args.write:
-        page = Path(args.write)
-        new, n = re.subn(r"(<!-- acting:start -->\n).*?(<!-- acting:end -->)", lambda m: m[1] + text + "\n" + m[2],
-                         page.read_text(), flags=re.DOTALL)
-        if n != 1:
-            sys.exit(f"--write {page}: expected one '<!-- acting:start -->' ... '<!-- acting:end -->' block, found {n}")
-        page.write_text(new)
+        write_marked(args.write, "acting", text)
 
 
 if __name__ == "__main__":
