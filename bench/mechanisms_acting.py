@@ -29,7 +29,6 @@ from pathlib import Path
 from common import write_marked
 
 ROOT = Path(__file__).resolve().parents[1]
-LABELLED = ROOT / "tests" / "train" / "data" / "labelled_addition.jsonl"
 OPS = {">": operator.gt, "<": operator.lt}
 
 
@@ -41,8 +40,6 @@ class Acting:
     """A metrics-row key, or ``"a - b"``: the difference of two."""
     condition: tuple[str, float]
     shows: str
-    overrides: tuple[str, ...] = ()
-    """Only for recipes whose shipped setting needs an outside service: the stand-in, named in the table."""
 
 
 ACTING = [
@@ -120,11 +117,7 @@ ACTING = [
     Acting("gcpo", "GCPO", "gcpo/tag_bonus_rows", (">", 0.0),
            "rows given the group-contrastive tag bonus"),
     Acting("vulpo", "VULPO", "vulpo/lambda_vul", (">", 0.0),
-           "difficulty scale of vulnerable-label rows", overrides=(
-               f"task={{name: jsonl, path: {LABELLED}}}",
-               "roles.judge={backend: rule, criteria: [{name: verdict, rule: correct}, "
-               "{name: localisation, rule: digit_match}, {name: semantic, rule: char_match}]}",
-               "rewards=[{name: correct}]", "advantage.format_reward=null")),
+           "difficulty scale of vulnerable-label rows (built-in labelled task, rule judge)"),
     Acting("mba", "MBA", "rewards/judge_multi/std", (">", 0.0),
            "std of the judged reward sum_k w_k s_k (rule judge: verifier + digit credit)"),
 ]
@@ -134,7 +127,7 @@ def run(acting: Acting, folder: Path, steps: int) -> dict:
     """The recipe's ``steps``-step run; the metric's mean over the rows that carry it, and its condition."""
     out = folder / acting.recipe
     cmd = [sys.executable, "-m", "polo.cli", "train", acting.recipe, f"train.steps={steps}", "seed=0",
-           *acting.overrides, "--run-dir", str(out)]
+           "--run-dir", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["?"]
@@ -155,7 +148,7 @@ def table(results: list[tuple[Acting, dict]]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for a, r in results:
         value = "—" if r["value"] is None else f"{r['value']:.4g}"
-        recipe = f"`{a.recipe}`" + (" (stand-in judge and data)" if a.overrides else "")
+        recipe = f"`{a.recipe}`"
         acted = "yes" if r["acts"] else "NO" + (f" ({r['note']})" if r["note"] else "")
         shows = a.shows.replace("|", "\\|")
         lines.append(f"| {a.method} | {recipe} | `{a.metric}` | {value} | {a.condition[0]} {a.condition[1]:g} | "

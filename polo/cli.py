@@ -18,19 +18,17 @@ def _log(msg: str) -> None:
 
 
 def _progress_bar(total: int, start: int, describe):
-    """A rich progress bar and its ``update(step, row)``; ``describe(row)`` → (text, whether it is an evaluation
-    row, which is also logged when the console is not a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """The training's progress bar (polo.train.progress) and its ``update(step, row)``; ``describe(row)`` → (text,
+    whether it is an evaluation row, which is also logged when the console is not a terminal)."""
+    from polo.train.progress import progress_bar
 
-    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("{task.fields[info]}"), console=console, transient=False)
-    task = bar.add_task("train", total=total, completed=start, info="")
+    bar, advance = progress_bar("train", total, start, console)
 
     def update(step: int, row: dict) -> None:
         info, evaluated = describe(row)
         if evaluated and not console.is_terminal:
             _log(f"step {step}: {info}")
-        bar.update(task, completed=step, info=info)
+        advance(step, info)
 
     return bar, update
 

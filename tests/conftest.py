@@ -52,22 +52,19 @@ VULPO_TOY = [
     "rewards=[{name: correct}]", "advantage.verdict_reward=correct", "advantage.format_reward=null",
     "warm_start.steps=150", "rollout.prompts_per_step=8",
 ]
-"""vulpo on the built-in model: the labelled task, a three-criterion causal judge (the frozen warm-started policy)
-in place of the HTTP one, the verdict from the task's verifier (the tiny judge says " No" to everything, so
+"""vulpo on a labelled JSONL file with a three-criterion causal judge (the frozen warm-started policy) in place of
+the shipped rule judge, the verdict from the task's verifier (the tiny judge says " No" to everything, so
 every group would be degenerate), no format reward (the tiny model never writes <think> blocks) and 150
 warm-start steps and 8 prompts a step, so that some groups hold right and wrong answers (after 40 steps ~none
 is right)."""
 
 
-TOY_RECIPES = {"vulpo": VULPO_TOY}
-"""Recipes whose shipped settings need an outside service (vulpo: an HTTP judge) and their stand-ins under TINY."""
-
-
 def recipe_extras(name: str) -> list[str]:
-    """Overrides recipe ``name`` needs on top of TINY (a vLLM recipe skips where vllm is not installed)."""
+    """Overrides recipe ``name`` needs on top of TINY, sizes only: every shipped recipe runs as shipped (a vLLM recipe
+    skips where vllm is not installed)."""
     if name in VLLM_RECIPES:
         pytest.importorskip("vllm")
-    return VLLM_RECIPES.get(name, []) + TEACHER_RECIPES.get(name, []) + TOY_RECIPES.get(name, [])
+    return VLLM_RECIPES.get(name, []) + TEACHER_RECIPES.get(name, [])
 
 
 @pytest.fixture(scope="session", autouse=True)

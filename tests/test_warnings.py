@@ -142,6 +142,10 @@ def test_warm_start_below_its_target_warns_with_both_accuracies(tiny):
     assert "held-out warm-start checks are also training demonstrations" in found[0]
     assert (f"stopped at its step cap warm_start.steps=4 with held-out greedy accuracy {acc:.3f}, below "
             f"warm_start.target_accuracy=1.0") in found[1]
+    teacher_lines = []  # a role's warm start names the role's settings
+    supervised_finetune(tiny_policy(), Product(), recipe, teacher_lines.append, "teacher warm start",
+                        "roles.teacher.warm_start")
+    assert "raise roles.teacher.warm_start.steps" in warnings_in(teacher_lines)[-1]
 
 
 def test_a_run_on_a_small_non_ascii_task_says_each_warning_once(tiny, tmp_path, monkeypatch):

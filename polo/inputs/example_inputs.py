@@ -4,7 +4,8 @@
   expression, searched anywhere with ``.`` matching newlines; default GCPO's ``<auxiliary>.*?</auxiliary>``),
   else 0.0: the optional behaviour whose bonus GCPO decides per group (an aux block, a tool call, ...).
 * ``prompt_label`` ``[B]``: the prompt's binary label from its example column ``label``: 1.0 for ``"vul"``,
-  0.0 for ``"safe"`` (VULPO's vulnerable / patched code); any other value is an error naming it.
+  0.0 for ``"safe"`` (VULPO's vulnerable / patched code); any other value is an error naming it, and a task whose
+  first training examples carry none is refused before any work (``label_missing``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,20 @@ def tag_used(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     return {"tag_used": torch.tensor(found, dtype=rollouts.batch.mask.dtype)}
 
 
-@register_provider("prompt_label")
+def label_missing(task) -> str | None:
+    """What the task lacks for ``prompt_label``, read off its first 8 training examples (seed 0); None: each has a
+    ``label`` of ``vul`` or ``safe``."""
+    for example in task.examples("train", 8, seed=0):
+        value = example.columns.get("label")
+        if not isinstance(value, str) or value not in LABELS:
+            return (f"the task's examples need a column 'label' of {' or '.join(map(repr, LABELS))}, and the one with "
+                    f"prompt {example.prompt!r:.60} has label {value!r}: use a labelled task, e.g. the built-in "
+                    f"task={{name: labelled_addition}}, or task={{name: jsonl, path: FILE}} with rows "
+                    f'{{"prompt", "answer", "label"}}')
+    return None
+
+
+@register_provider("prompt_label", check=label_missing)
 def prompt_label(ctx: ProviderContext, rollouts: Rollouts) -> dict[str, Tensor]:
     """``prompt_label`` ``[B]``: 1.0 where the example's ``label`` is ``"vul"``, 0.0 where ``"safe"``."""
     labels = []

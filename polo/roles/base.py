@@ -27,10 +27,11 @@ ROLES: Registry = Registry("role", ("polo.roles", METHODS))
 class RoleResources:
     """What the run lends a role before it is built (``Role.bind``)."""
 
-    warm_start: Callable[[dict[str, Any], int | None], Path] | None = None
-    """``warm_start(overrides, seed)``: the folder of the built-in model warm-started on the run's task with the
-    recipe's ``warm_start`` settings changed by ``overrides`` and its seed by ``seed`` (None: the run's), cached like
-    the run's own warm start."""
+    warm_start: Callable[..., Path] | None = None
+    """``warm_start(overrides, seed, label, setting)``: the folder of the built-in model warm-started on the run's
+    task with the recipe's ``warm_start`` settings changed by ``overrides`` and its seed by ``seed`` (None: the
+    run's), cached like the run's own warm start; ``label`` names it in the log and the progress bar
+    (``teacher warm start``), ``setting`` where its settings live in a warning (``roles.teacher.warm_start``)."""
     temperature: float = 1.0
     """The rollout temperature: the log-probs of the batch (``old_logp``, ``ref_logp``) are taken at it, so a
     role comparing its own log-probs with them takes its own at it too."""
@@ -56,6 +57,10 @@ class Role(Component):
     def bind(self, resources: RoleResources) -> None:
         """Receive the run's resources before ``build``."""
         self._resources = resources
+
+    def preflight(self, log: Callable[[str], None]) -> None:
+        """Before any work (the warm start included): wait for what the role needs from outside the run, or refuse to
+        start without it in one line (an HTTP judge's server); nothing here."""
 
     def build(self, policy: Policy) -> nn.Module:
         raise NotImplementedError

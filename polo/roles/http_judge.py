@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Mapping, Sequence
 
+from polo.core.registry import ConfigError
+
 RETRIED_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another try (the server was busy or briefly broken); other errors are final."""
 
@@ -86,6 +88,33 @@ class EndpointClient:
                     self.cache[entry["key"]] = entry["text"]
         self.requests = self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
+
+    def wait_until_up(self, wait_s: float, log) -> None:
+        """Return once the server answers ``GET {url}/models`` (any HTTP reply, an error status included, shows it is
+        up); until then retry after 1, 2, 4, ... seconds while ``wait_s`` lasts, logging one line per failed try. A
+        ConfigError in one line when it never answers."""
+        delays, total = [], 0.0
+        while total < wait_s:
+            delays.append(min(2.0 ** len(delays), wait_s - total))
+            total += delays[-1]
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        for attempt in range(len(delays) + 1):
+            try:
+                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers),
+                                            timeout=self.timeout_s):
+                    return
+            except urllib.error.HTTPError:
+                return
+            except Exception as err:  # noqa: BLE001 (no answer: the failure is reported below)
+                failed = classify(err)
+            if attempt < len(delays):
+                log(f"judge: waiting for the judge at {self.url} (try {attempt + 1}/{len(delays) + 1}: {failed}); "
+                    f"next try in {delays[attempt]:.0f} s")
+                time.sleep(delays[attempt])
+        raise ConfigError(f"roles.judge: no answer from {self.url} after {len(delays) + 1} tries in {total:.0f} s "
+                          f"({failed}): start an OpenAI-compatible server of {self.model!r} there (e.g. vllm serve "
+                          f"MODEL), set roles.judge.url to one, or use a local judge (roles.judge.backend: causal or "
+                          f"rule)")
 
     def key(self, prompt: str) -> str:
         """The cache key of ``prompt``'s request: a hash of everything that determines the reply."""

@@ -242,6 +242,9 @@ class JudgeRole(Role):
     """http: the name of the environment variable holding the API key (never the key itself)."""
     concurrency: int = Field(4, gt=0)
     """http: requests in flight at once."""
+    wait_s: float = Field(30.0, ge=0)
+    """http: how long a run waits at its start, before any work, for the endpoint to answer (logging each try); then
+    it refuses to start."""
     timeout_s: float = Field(30.0, gt=0)
     """http: socket timeout of one request, in seconds."""
     retries: int = Field(2, ge=0)
@@ -310,6 +313,11 @@ class JudgeRole(Role):
         if self.criteria:
             return [(c.name, c.rule) for c in self.criteria]
         return [("score", self.rule)]
+
+    def preflight(self, log) -> None:
+        """http: wait up to ``wait_s`` for the endpoint to answer (``EndpointClient.wait_until_up``)."""
+        if self.backend == "http":
+            self.client().wait_until_up(self.wait_s, log)
 
     def build(self, policy: Policy) -> Judge | RuleJudge:
         if self.backend == "rule":

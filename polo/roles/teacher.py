@@ -132,7 +132,8 @@ class Teacher(Role):
         if self._resources.warm_start is None:
             raise ConfigError("roles.teacher: source 'warm_start' needs the run's warm start (Role.bind with "
                               "RoleResources(warm_start=...), which the trainer does)")
-        return self._resources.warm_start(self.warm_start.model_dump(), self.warm_start_seed)
+        return self._resources.warm_start(self.warm_start.model_dump(), self.warm_start_seed, "teacher warm start",
+                                          "roles.teacher.warm_start")
 
     @torch.no_grad()
     def on_update(self, model: TeacherModel, policy: Policy, step: int) -> None:

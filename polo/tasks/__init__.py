@@ -1,6 +1,7 @@
 """Verifiable tasks and reward functions.
 
-Built-in tasks: ``addition`` (knob ``digits``), ``countdown`` (``count``, ``max_value``), ``reverse`` and
+Built-in tasks: ``addition`` (knob ``digits``; ``labelled_addition`` adds a ``label`` column), ``countdown``
+(``count``, ``max_value``), ``reverse`` and
 ``sort`` (``length``), ``word_problems`` (traced arithmetic stories: ``ops``, ``distractors``,
 ``max_value``), ``addition_trace`` (``digits``) and ``multiplication_trace`` (``digits_a``, ``digits_b``):
 the carries written out column by column, ``countdown_trace`` (``count``, ``max_value``, ``dead_ends``: countdown

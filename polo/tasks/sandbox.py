@@ -17,9 +17,12 @@ timeout that kills the whole process tree; as root, the program runs as a per-sl
 ``namespace`` (where this process may create namespaces) adds new PID, network and mount namespaces: no
 network at all, a read-only view of the system and Python directories plus a size-limited ``/work``, every
 process gone when the namespace's init exits. Mode ``subreaper`` is the fallback: a supervisor that is a child
-subreaper kills every descendant left, and Python audit hooks refuse sockets, process creation, signals,
-ctypes and files outside the work directory. The processes are forked from a warm fork server
-(``sandbox_harness.py``), one per process that uses the sandbox.
+subreaper kills every descendant left, and the kernel guard (``kernel_guard.py``: Landlock confines files to
+read-only system and Python directories and the writable work directory, and TCP; a seccomp filter refuses
+process creation, sockets and signals or tracing aimed at other processes) is the boundary, with Python audit
+hooks as defense in depth. Where the kernel offers neither layer, subreaper mode refuses to run anything unless
+``allow_weak_isolation`` is set. The processes are forked from a warm fork server (``sandbox_harness.py``), one
+per process that uses the sandbox.
 """
 from __future__ import annotations
 
@@ -46,7 +49,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from polo.core.registry import Settings
+from polo.core.registry import ConfigError, Settings
+from polo.tasks import kernel_guard
 
 HARNESS = Path(__file__).with_name("sandbox_harness.py")
 UID_BASE = 1_500_000_000
@@ -68,7 +72,8 @@ class SandboxLimits(Settings):
     """How a program is isolated and what it may use."""
 
     mode: Mode = "auto"
-    """``namespace`` (PID, network and mount namespaces), ``subreaper`` (the fallback without namespaces) or
+    """``namespace`` (PID, network and mount namespaces), ``subreaper`` (the fallback without namespaces, confined
+    by Landlock and seccomp; refused where the kernel offers neither, unless ``allow_weak_isolation``) or
     ``auto``: ``namespace`` when it works on this machine (probed once per process), else ``subreaper``."""
     timeout_s: float = Field(2.0, gt=0)
     """Wall-clock seconds for the whole program (definition and every call); then its process tree is killed."""
@@ -89,6 +94,10 @@ class SandboxLimits(Settings):
     """Bytes kept of stdout and of stderr (their tails); the rest is read and discarded."""
     value_bytes: int = Field(65536, ge=16)
     """Longest JSON text of one return value; a longer one is the error ``ValueTooLarge``."""
+    allow_weak_isolation: bool = False
+    """Run programs in ``subreaper`` mode even where the kernel offers neither Landlock nor seccomp, behind
+    Python audit hooks only (which a program can patch: not a boundary). Off: such a run is refused with an
+    error that names this setting. Namespace mode and a subreaper mode with a kernel guard ignore it."""
 
     def job_limits(self) -> dict[str, Any]:
         """The limits in the units the harness applies."""
@@ -135,6 +144,9 @@ class SandboxResult:
     signal: int | None = None
     cpu_s: float | None = None
     leftover: int = 0
+    guard: tuple[str, ...] = ()
+    """The kernel guard's layers (``landlock``, ``seccomp``) the program's process applied before it ran
+    (subreaper mode; empty in namespace mode, and in subreaper mode only with ``allow_weak_isolation``)."""
     seconds: float = 0.0
     detail: str = ""
     """Why results are missing or rejected (a malformed result stream, a supervisor failure), else empty."""
@@ -322,7 +334,7 @@ def reap_uid(uid: int) -> None:
 
 
 def _prepare(folder: str, mode: str, uid: int | None, source: str, function: str, calls: list,
-             limits: SandboxLimits) -> str:
+             limits: SandboxLimits, guard: tuple[str, ...]) -> str:
     """Write the job file into ``folder`` (and, in subreaper mode, the work directory the program owns)."""
     if mode == "subreaper":
         work = os.path.join(folder, "work")
@@ -332,7 +344,7 @@ def _prepare(folder: str, mode: str, uid: int | None, source: str, function: str
             os.chown(work, uid, uid)
     job = {"source": source, "function": function, "calls": calls, "limits": limits.job_limits(), "mode": mode,
            "root": folder, "uid": uid, "gid": uid, "binds": bind_list(),
-           "read_roots": [*python_dirs(), *SYSTEM_DIRS, *DEVICES]}
+           "read_roots": [*python_dirs(), *SYSTEM_DIRS, *DEVICES], "devices": list(DEVICES), "guard": list(guard)}
     path = os.path.join(folder, "job.json")
     with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(job, f)
@@ -345,13 +357,14 @@ def run_program(source: str, calls: Sequence[Sequence[Any]], limits: SandboxLimi
     values; see the module docstring). Never raises for anything the program does."""
     limits = limits or SandboxLimits()
     mode = isolation_mode(limits.mode)
+    guard = guard_layers(mode, limits)
     calls = [list(args) for args in calls]
     uid = SLOT_POOL.claim() if os.geteuid() == 0 else None
     folder = tempfile.mkdtemp(prefix="polo-sandbox-")
     pipes = {name: os.pipe() for name in ("stdout", "stderr", "result", "status")}
     start = time.monotonic()
     try:
-        job = _prepare(folder, mode, uid, source, function, calls, limits)
+        job = _prepare(folder, mode, uid, source, function, calls, limits, guard)
         SERVER.submit(job, [w for _, w in pipes.values()])
         for name, (r, w) in pipes.items():
             os.close(w)
@@ -360,6 +373,7 @@ def run_program(source: str, calls: Sequence[Sequence[Any]], limits: SandboxLimi
         data, overflow, late = read_streams({name: r for name, (r, _) in pipes.items()}, limits, result_cap,
                                             start + limits.timeout_s + BACKSTOP_S)
         pid_line, _, report_text = data["status"].partition(b"\n")
+        guard_line, _, report_text = report_text.rpartition(b"\n")
         if late:
             _kill_job(pid_line, mode, uid)
     finally:
@@ -379,7 +393,8 @@ def run_program(source: str, calls: Sequence[Sequence[Any]], limits: SandboxLimi
     detail = "; ".join(d for d in (detail, problem, "result stream over its cap" if overflow else "") if d)
     return SandboxResult(status, outcomes, data["stdout"].decode(errors="replace"),
                          data["stderr"].decode(errors="replace"), mode, report.get("exit"), report.get("signal"),
-                         report.get("cpu_s"), report.get("leftover", 0), time.monotonic() - start, detail)
+                         report.get("cpu_s"), report.get("leftover", 0),
+                         tuple(guard_line.decode(errors="replace").split()[1:]), time.monotonic() - start, detail)
 
 
 def _kill_job(pid_line: bytes, mode: str, uid: int | None) -> None:
@@ -419,6 +434,31 @@ def isolation_mode(requested: Mode = "auto") -> str:
         return _probed
 
 
+def guard_layers(mode: str, limits: SandboxLimits) -> tuple[str, ...]:
+    """The kernel guard's layers a run in ``mode`` applies: none in namespace mode; in subreaper mode every
+    layer this machine offers (probed once per process), and where it offers none a ConfigError, unless
+    ``limits.allow_weak_isolation``."""
+    if mode != "subreaper":
+        return ()
+    layers = kernel_guard.available_layers()
+    if not layers and not limits.allow_weak_isolation:
+        why = "namespaces are unavailable and " if limits.mode == "auto" else ""
+        raise ConfigError(f"sandbox: {why}subreaper mode has no kernel boundary here (neither Landlock nor seccomp "
+                          f"is available), so it refuses to run untrusted code; set "
+                          f"sandbox.allow_weak_isolation: true to run it behind Python audit hooks only")
+    return layers
+
+
+def unavailable(mode: str) -> str:
+    """Why ``mode`` (``namespace`` or ``subreaper``) cannot run untrusted programs on this machine without
+    ``allow_weak_isolation``; empty when it can."""
+    if mode == "namespace" and isolation_mode("auto") != "namespace":
+        return "namespace isolation is unavailable on this machine"
+    if mode == "subreaper" and not kernel_guard.available_layers():
+        return "subreaper mode refuses here: the kernel offers neither Landlock nor seccomp"
+    return ""
+
+
 def default_concurrency() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
@@ -436,7 +476,7 @@ def run_batch(programs: Sequence[Program], limits: SandboxLimits | None = None,
               concurrency: int | None = None) -> list[SandboxResult]:
     """``run_program`` of each program, ``concurrency`` (default: the usable CPUs) at a time."""
     limits = limits or SandboxLimits()
-    isolation_mode(limits.mode)  # probe once, before the threads start
+    guard_layers(isolation_mode(limits.mode), limits)  # probe once (and refuse), before the threads start
     workers = max(1, min(concurrency or default_concurrency(), len(programs)))
     with ThreadPoolExecutor(workers, thread_name_prefix="polo-sandbox") as pool:
         return list(pool.map(lambda p: run_program(p.source, p.calls, limits, p.function), programs))

@@ -13,12 +13,14 @@ a fresh one per program costs tens.
   array ``["start", i]``, ``["value", i, json_text]`` or ``["error", i, exception_type_name]``. The candidate
   can write anything there; the parent validates it and compares values with expected outputs it never sent.
 - the *status* fd, closed in the candidate before untrusted code runs: the job process's pid and a newline
-  first (the parent's handle for a last-resort kill), then the supervisor's JSON object ``{"status", "exit",
-  "signal", "cpu_s", "leftover"}``.
+  first (the parent's handle for a last-resort kill), in subreaper mode the line ``guard LAYER...`` (the
+  kernel guard's layers the candidate applied, polo/tasks/kernel_guard.py), then the supervisor's JSON object
+  ``{"status", "exit", "signal", "cpu_s", "leftover"}``.
 
 ``python -I -S sandbox_harness.py reap UID`` kills every process of ``UID`` (the parent's last resort).
 """
 import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -52,6 +54,18 @@ import only modules already loaded; these are the common ones and ``socket``, wh
 watch."""
 
 libc = ctypes.CDLL(None, use_errno=True)
+
+
+def load_kernel_guard():
+    """polo/tasks/kernel_guard.py, loaded by its path (polo is not importable here)."""
+    spec = importlib.util.spec_from_file_location(
+        "polo_kernel_guard", os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_guard.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kernel_guard = load_kernel_guard()
 
 
 def check(result, what):
@@ -168,7 +182,8 @@ def audit_hook(work, read_roots, limits):
     """Refuse process creation, signals, sockets and ctypes, writes outside ``work``, reads outside ``work`` and
     ``read_roots``, and more than ``workdir_bytes // file_size_bytes`` opens for writing (each file is capped at
     ``file_size_bytes``, so the directory stays within ``workdir_bytes``). Defense in depth for subreaper mode:
-    bypassable, not a boundary."""
+    bypassable (a program can patch the harness's globals or the hook's closure), not a boundary: the kernel
+    guard (Landlock, seccomp) is."""
     realpath, fspath = os.path.realpath, os.fspath
     write_opens = [limits["workdir_bytes"] // max(1, limits["file_size_bytes"])]
 
@@ -233,21 +248,25 @@ def run_candidate(job, result_fd):
 
 
 def candidate(job, mode, work):
-    """The child: stdin from /dev/null, only the result fd and stdio open, limits, privileges dropped, then the
-    program. Never returns."""
+    """The child: stdin from /dev/null, only the result fd and stdio open, limits, privileges dropped, in
+    subreaper mode the kernel guard's layers (``job["guard"]``, each applied or the program does not run;
+    reported on the status fd as ``guard LAYER...``) and the audit hook, then the program. Never returns."""
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-        os.close(job["status_fd"])
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
-        os.closerange(3, job["result_fd"])
-        os.closerange(job["result_fd"] + 1, 1 << 16)
+        low, high = sorted((job["result_fd"], job["status_fd"]))
+        for start, stop in ((3, low), (low + 1, high), (high + 1, 1 << 16)):
+            os.closerange(start, stop)
         os.chdir(work)
         set_limits(job["limits"])
         drop_privileges(job["uid"], job["gid"])
         check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
         if mode == "subreaper":
+            layers = kernel_guard.apply(job["guard"], job["read_roots"], [work, *job["devices"]])
+            os.write(job["status_fd"], f"guard {' '.join(layers)}\n".encode())
             audit_hook(work, job["read_roots"], job["limits"])
+        os.close(job["status_fd"])
         os.environ.clear()
     except BaseException as err:  # noqa: B036
         os.write(2, f"sandbox: candidate setup failed: {err!r}\n".encode())
@@ -367,6 +386,8 @@ def serve(control_fd):
     """Fork one ``start_job`` per request on ``control_fd`` until the parent closes it."""
     for name in PRELOAD:
         __import__(name)
+    kernel_guard.available_layers()  # probe Landlock's ABI and build the seccomp filter once, for every job
+    kernel_guard.seccomp_program(0)
     import socket
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished jobs

@@ -58,10 +58,11 @@ def held_out_overlap_warning(examples: Sequence[Example], held_out: Sequence[Exa
             f"warm_start.examples or use a larger task")
 
 
-def warm_start_cap_warning(steps: int, target: float, accuracy: float | None) -> str:
+def warm_start_cap_warning(steps: int, target: float, accuracy: float | None, setting: str = "warm_start") -> str:
+    """``setting``: where the warm start's settings live (``warm_start``, or a role's ``roles.teacher.warm_start``)."""
     reached = "never checked" if accuracy is None else f"{accuracy:.3f}"
-    return (f"warning: the warm start stopped at its step cap warm_start.steps={steps} with held-out greedy accuracy "
-            f"{reached}, below warm_start.target_accuracy={target}; raise warm_start.steps or lower the target")
+    return (f"warning: the warm start stopped at its step cap {setting}.steps={steps} with held-out greedy accuracy "
+            f"{reached}, below {setting}.target_accuracy={target}; raise {setting}.steps or lower the target")
 
 
 def chat_template_warning(path: object) -> str:

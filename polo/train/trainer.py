@@ -218,6 +218,8 @@ class Trainer:
         self.reward_specs = [RewardSpec.of(s) for s in specs]
         run = recipe.built()
         check_task_inputs(run.plan, run.components, self.task)  # e.g. a gold-answer probe on an environment without one
+        for role in run.trained_roles.values():  # e.g. an HTTP judge's server answers
+            role.preflight(self.log)
         pool = self.task.examples("train", recipe.train.train_pool, seed=recipe.seed)
         self.eval_examples = self.task.examples("test", recipe.train.eval_size, seed=recipe.seed)
         probe_rewards(self.task, self.reward_specs, pool, recipe.model.path, recipe.train.steps)

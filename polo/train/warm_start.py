@@ -18,9 +18,11 @@ import json
 import os
 import random
 import shutil
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
+from rich.console import Console
 
 from polo.envs.entry_points import entry_point_file
 from polo.policy.kinds import policy_class
@@ -29,6 +31,7 @@ from polo.tasks.base import Task
 from polo.train.config import Recipe
 from polo.train.lock import RunLock
 from polo.train.manifest import file_sha256, verify_manifest, write_manifest
+from polo.train.progress import progress_bar
 from polo.train.run_warnings import held_out_overlap_warning, warm_start_cap_warning
 
 
@@ -102,13 +105,16 @@ def verify_entry(folder: Path) -> str | None:
     return verify_manifest(folder, required=("config.json",))
 
 
-def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -> float | None:
+def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print, label: str = "warm start",
+                        setting: str = "warm_start") -> float | None:
     """Supervised training on demonstrations (the policy kind's ``demonstration_loss``: for a causal LM the
     cross-entropy ``L = −mean_{completion tokens} log π(y_t | x, y_<t)``), until the greedy accuracy on held-out
     training-split problems reaches ``target_accuracy`` (returned) when the task's demonstrations follow one
     demonstrator (``Task.consistent_demonstrator``; otherwise all ``steps`` run); with ``steps`` 0 nothing at all (no
     demonstration is built). With ``hinted``, that share of each step's rows is shown under the guided engine's
-    hinted prompt (``Guided.hinted_demonstrations``), so every problem is seen plain and hinted over the run."""
+    hinted prompt (``Guided.hinted_demonstrations``), so every problem is seen plain and hinted over the run.
+    Progress, named ``label``: a rich progress bar (step, loss, accuracy) on a terminal, else a log line every 100
+    steps; a warning naming ``setting`` (where these settings live) when the step cap ends it below the target."""
     from polo.engines.accuracy import accuracy
 
     warm = recipe.warm_start
@@ -133,38 +139,47 @@ def supervised_finetune(policy: Policy, task: Task, recipe: Recipe, log=print) -
     optimizer = torch.optim.AdamW(policy.parameters(), lr=warm.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))
     acc = None
-    for step in range(warm.steps):
-        policy.train()
-        idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
-        shown = [examples[i] for i in idx]
-        if warm.hinted:  # the prompts only: a hinted demonstration's target is its plain one
-            shown = hint_engine.hinted_demonstrations(task, shown, warm.hinted, hints)
-        prompt_ids, prompt_mask = policy.encode_prompts(shown)
-        ids, mask = policy.encode_completions([completions[i] for i in idx])
-        loss = policy.demonstration_loss(prompt_ids, prompt_mask, ids, mask, policy.prompt_inputs(shown))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        if target is not None and (step + 1) % warm.check_every == 0:
-            acc = accuracy(policy, task, held_out, max_new)
-            if acc >= target:
-                log(f"warm start step {step + 1}: loss {loss.item():.4f}, held-out greedy accuracy {acc:.3f}: done")
-                break
-        if (step + 1) % 100 == 0:
-            log(f"warm start step {step + 1}/{warm.steps}: loss {loss.item():.4f}" +
-                (f", held-out greedy accuracy {acc:.3f}" if acc is not None else ""))
-    else:  # the step cap, not the target, ended it
-        if target is not None:
-            log(warm_start_cap_warning(warm.steps, target, acc))
+    console = Console(stderr=True)
+    bar, advance = progress_bar(label, warm.steps, console=console) if console.is_terminal else (nullcontext(), None)
+    with bar:
+        for step in range(warm.steps):
+            policy.train()
+            idx = torch.randint(len(examples), (warm.batch_size,), generator=generator).tolist()
+            shown = [examples[i] for i in idx]
+            if warm.hinted:  # the prompts only: a hinted demonstration's target is its plain one
+                shown = hint_engine.hinted_demonstrations(task, shown, warm.hinted, hints)
+            prompt_ids, prompt_mask = policy.encode_prompts(shown)
+            ids, mask = policy.encode_completions([completions[i] for i in idx])
+            loss = policy.demonstration_loss(prompt_ids, prompt_mask, ids, mask, policy.prompt_inputs(shown))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad(set_to_none=True)
+            if target is not None and (step + 1) % warm.check_every == 0:
+                acc = accuracy(policy, task, held_out, max_new)
+                if acc >= target:
+                    log(f"{label} step {step + 1}: loss {loss.item():.4f}, held-out greedy accuracy {acc:.3f}: done")
+                    break
+            if advance is not None or (step + 1) % 100 == 0:
+                status = f"loss {loss.item():.4f}" + (f", held-out greedy accuracy {acc:.3f}" if acc is not None else "")
+                if advance is not None:
+                    advance(step + 1, status)
+                else:
+                    log(f"{label} step {step + 1}/{warm.steps}: {status}")
+        else:  # the step cap, not the target, ended it
+            if target is not None:
+                log(warm_start_cap_warning(warm.steps, target, acc, setting))
     policy.eval()
     return acc
 
 
-def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
+def ensure_warm_start(recipe: Recipe, task: Task, log=print, label: str = "warm start",
+                      setting: str = "warm_start") -> Path:
     """Path of the warm-started built-in model for this recipe, training it first if it is not cached or
-    its cache entry fails verification (then it is rebuilt, with a log line saying why)."""
+    its cache entry fails verification (then it is rebuilt, with a log line saying why); ``label`` names it in the
+    log and the progress (``teacher warm start``: a teacher's), ``setting`` where its settings live
+    (``roles.teacher.warm_start``: a teacher's)."""
     key = warm_start_key(recipe, task)
     target = cache_root() / "warm_start" / key
     if verify_entry(target) is None:
@@ -174,18 +189,18 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
         if problem is None:
             return target
         if problem != "missing":
-            log(f"warm start: cache entry {target} is {problem}; rebuilding it")
+            log(f"{label}: cache entry {target} is {problem}; rebuilding it")
         with torch.random.fork_rng(devices=[]):  # a run draws the same numbers whether its warm start was cached
             torch.manual_seed(recipe.seed)
             policy = policy_class(recipe.model.kind).build_tiny(recipe.model)
             warm = recipe.warm_start  # a role's longer warm start (a teacher's) says so by its budget and target
             size = f"the built-in model ({sum(p.numel() for p in policy.parameters()):,} parameters)"
-            log(f"warm start: warm_start.steps=0: {size} starts as initialised, on no demonstrations; cached in "
+            log(f"{label}: warm_start.steps=0: {size} starts as initialised, on no demonstrations; cached in "
                 f"{target}" if not warm.steps else
-                f"warm start: training {size} for up to {warm.steps} steps" + (f", until held-out greedy accuracy "
+                f"{label}: training {size} for up to {warm.steps} steps" + (f", until held-out greedy accuracy "
                 f"{warm.target_accuracy}" if warm.target_accuracy is not None else "") +
                 (f", {warm.hinted:.0%} of its rows hinted" if warm.hinted else "") + f"; cached in {target}")
-            supervised_finetune(policy, task, recipe, log)
+            supervised_finetune(policy, task, recipe, log, label, setting)
         tmp = target.with_name(target.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         policy.save(tmp)
@@ -203,10 +218,12 @@ def ensure_warm_start(recipe: Recipe, task: Task, log=print) -> Path:
     return target
 
 
-def warm_start_with(recipe: Recipe, task: Task, log, overrides: dict, seed: int | None = None) -> Path:
+def warm_start_with(recipe: Recipe, task: Task, log, overrides: dict, seed: int | None = None,
+                    label: str = "warm start", setting: str = "warm_start") -> Path:
     """The built-in model warm-started with ``recipe.warm_start`` changed by ``overrides`` (e.g. a teacher: the
     same model trained longer, ``{"target_accuracy": 0.9, "steps": 4000}``) and with ``seed`` (None: the
-    recipe's), cached like every warm start."""
+    recipe's), cached like every warm start; ``label`` names it in the log and the progress, ``setting`` in a
+    warning."""
     settings = type(recipe.warm_start).model_validate({**recipe.warm_start.model_dump(), **overrides})
     update = {"warm_start": settings} if seed is None else {"warm_start": settings, "seed": seed}
-    return ensure_warm_start(recipe.model_copy(update=update), task, log)
+    return ensure_warm_start(recipe.model_copy(update=update), task, log, label, setting)

@@ -51,3 +51,13 @@ def test_equal_critics_give_unit_weights_and_fully_masked_rows_are_finite():
                          mask=[[1, 1, 1], [1, 1, 1], [0, 0, 0]])
     out = ReDiPPO()(batch)
     assert torch.isfinite(out.advantages).all() and (out.advantages[2] == 0).all() and (out.returns[2] == 0).all()
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_the_trainers_kl_coef_reaches_the_token_rewards():
+    batch = critic_batch()
+    batch.old_logp = torch.full((2, 3), -1.0, dtype=torch.float64)
+    batch.ref_logp = torch.full((2, 3), -1.5, dtype=torch.float64)  # a KL to the reference on every token
+    passed = ReDiPPO(reweight=False, whiten=False)(batch, kl_coef=0.5).advantages
+    close(passed, ReDiPPO(reweight=False, whiten=False, kl_coef=0.5)(batch).advantages)
+    assert (passed - ReDiPPO(reweight=False, whiten=False)(batch).advantages).abs().max() > 0.1

@@ -169,3 +169,87 @@ def test_single_row_and_all_equal_batches_are_finite():
 def test_config_validation():
     with pytest.raises(ConfigError, match="rho_min"):
         ADVANTAGES.build({"name": "spo_tracker", "rho_min": 0.99})
+
+
+# ---- mutation-testing kills (docs/mutation.md): each pins a line of the tracker a mutant changed unnoticed
+def test_needs_follow_the_reward_mode():
+    assert SPOTracker().needs() == {"prompt_index", "correct"}
+    assert SPOTracker(reward="scalar").needs() == {"prompt_index"}
+
+
+def test_scalar_reward_is_clamped_to_the_unit_interval():
+    # r = clamp([1.7, −0.3, 0.4, 1.0], 0, 1) = [1, 0, 0.4, 1]; p̂ = [0.375, 0.125, 0.75, 0.5] → A = r − p̂
+    est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5], reward="scalar", normalize=False)
+    batch = spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])
+    batch.rewards = torch.tensor([[1.7], [-0.3], [0.4], [1.0]], dtype=torch.float64)
+    close(est(batch).advantages[:, 0], [0.625, -0.125, -0.35, 0.5])
+
+
+def test_normalisation_adds_eps_to_the_std():
+    # A = [0.625, −0.125, 0.25, −0.5]: mean 0.0625, unbiased std 0.4841; eps = 1 → (A − mean)/(std + 1)
+    est = tracker_with([3, 1, 6, 0.5], [5, 7, 2, 0.5], eps=1.0)
+    close(est(spo_batch([0, 1, 2, 3], [1.0, 0.0, 1.0, 0.0])).advantages[:, 0], [0.3790, -0.1263, 0.1263, -0.3790])
+
+
+def test_advantages_take_the_masks_dtype():
+    batch = spo_batch([0, 1], [1.0, 0.0])
+    batch.rewards = batch.rewards.float()  # a float32 batch: the mask, and so the advantages, are float32
+    assert SPOTracker()(batch).advantages.dtype == torch.float32
+
+
+def test_tracker_grows_to_the_largest_prompt_index():
+    est = SPOTracker()
+    est.success_probability(torch.zeros(0, dtype=torch.long))
+    assert len(est.state_dict()["alpha"]) == 0  # no prompt seen: nothing tracked
+    est.success_probability(torch.tensor([1]))
+    est.success_probability(torch.tensor([3]))
+    assert len(est.state_dict()["alpha"]) == len(est.state_dict()["beta"]) == 4
+
+
+def test_one_offline_sample_counts_and_rows_outside_the_pool_are_ignored():
+    # K = 1, s = 1, N0 = 8: α0 = 8·1.5/2 = 6, β0 = 8·0.5/2 = 2 (p̂ = 0.75); the rollout also returns a row of
+    # prompt 6, outside the pool {5}: it is left out of the estimate
+    def with_a_stray_row(prompt_index, samples):
+        return spo_batch(prompt_index.tolist() * samples + [6], [1.0] * (len(prompt_index) * samples) + [0.0])
+
+    est = SPOTracker(init_samples=1)
+    metrics = est.before_training(TrainingContext(torch.tensor([5]), with_a_stray_row))
+    close(est._alpha[5], 6.0)
+    close(est._beta[5], 2.0)
+    assert metrics["spo/init_accuracy"] == 1.0 and metrics["spo/init_samples"] == 1
+    close(est.success_probability(torch.tensor([6])), [0.5])  # prompt 6 keeps the prior
+
+
+def test_after_update_metrics_and_the_stored_prompts_are_left_padded():
+    est = tracker_with([3, 1], [5, 7])
+    first = spo_batch([0, 1], [1.0, 0.0])
+    first.prompt_ids = torch.tensor([[0, 7, 8], [5, 6, 9]])
+    first.prompt_mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    metrics = est.after_update(first, StepContext(1, policy(), 1e-3))
+    # first visits: ρ = ρ_max; α = [0.96·3 + 1, 0.96·1], β = [0.96·5, 0.96·7 + 1]
+    assert metrics["spo/tracked_prompts"] == 2.0
+    assert metrics["spo/p_hat_mean"] == pytest.approx((3.88 / 8.68 + 0.96 / 8.68) / 2)
+    seen = []
+
+    def recording(b):
+        seen.append(b)
+        return policy()(b)
+
+    est.after_update(spo_batch([0, 1], [1.0, 1.0]), StepContext(2, recording, 1e-3))
+    stored = next(b for b in seen if b.old_logp is not None)  # the previous responses, re-scored
+    assert stored.prompt_ids.tolist() == [[0, 7, 8], [5, 6, 9]]
+    assert stored.prompt_mask.tolist() == [[0, 1, 1], [1, 1, 1]]
+
+
+def test_correct_mode_reads_the_correct_column_not_the_reward():
+    batch = spo_batch([0, 1], [1.0, 0.0])
+    batch.rewards = torch.tensor([[0.0], [1.0]], dtype=torch.float64)  # the scalar reward says the opposite
+    close(SPOTracker(normalize=False)(batch).advantages[:, 0], [0.5, -0.5])  # r = correct = [1, 0], p̂ = 0.5
+
+
+def test_prior_is_kept_in_float64_and_empty_responses_are_stored():
+    est = SPOTracker(prior=0.3)
+    est.success_probability(torch.tensor([1]))
+    assert est.state_dict()["alpha"].tolist() == [0.3, 0.3]  # exactly 0.3, not its float32 rounding
+    est.after_update(spo_batch([0, 1], [1.0, 0.0], lengths=[0, 0], T=0), StepContext(1, policy(), 1e-3))
+    assert [len(est._last[x]["response_ids"]) for x in (0, 1)] == [0, 0]  # a batch of zero-width responses

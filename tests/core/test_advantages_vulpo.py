@@ -137,3 +137,57 @@ def test_verdict_from_a_reward_column():
 def test_negative_criteria_columns_are_refused():
     with pytest.raises(ConfigError, match="criteria"):
         ADVANTAGES.build({"name": "vulpo", "criteria": [0, -1, 2]})
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_reward_mean_of_the_worked_example():
+    # r = [1.0, 0.7, −0.6 | 0, 0, −0.4 | 0, 0, −0.2] (A's explained verdicts, B's wrong one, C's format miss):
+    # the group mean cancels a constant shift of r, the reported mean does not
+    result = VULPO()(vulpo_batch())
+    assert result.diagnostics["vulpo/reward_mean"] == pytest.approx(0.5 / 9)
+    assert result.keep is None and result.diagnostics["vulpo/unscored"] == 0.0  # every row scored
+
+
+def test_unscored_count_and_a_batch_with_no_scored_row():
+    result = VULPO()(vulpo_batch(v=[1, 1, NAN, 1, 1, 0, 1, 1, 1]))
+    assert result.diagnostics["vulpo/unscored"] == 1.0
+    none = VULPO()(vulpo_batch(v=[NAN] * 9))
+    assert not none.keep.any() and not first_token(none).any()
+    assert none.diagnostics["vulpo/reward_mean"] == 0.0 and none.diagnostics["vulpo/unscored"] == 9.0
+
+
+def test_an_explained_row_needs_both_loc_and_sem():
+    # A's first rollout is a right verdict on a vulnerable prompt: it reads loc and sem, so a missing sem unscores it
+    sem = [NAN, 0.5, 0, 0, 0, 0, 0, 0, 0]
+    assert VULPO()(vulpo_batch(sem=sem)).keep.tolist() == [False] + [True] * 8
+
+
+def test_label_accuracy_of_a_label_with_one_rollout():
+    # one vulnerable rollout, right (acc_vul = 1 → λ_vul = 1) and one safe rollout, wrong (acc_safe = 0 → λ_safe = 2)
+    diagnostics = VULPO()(vulpo_batch(v=[1, 0], loc=[1, 0], sem=[1, 0], f=[1, 1], y=[1, 0], group=[0, 1])).diagnostics
+    assert (diagnostics["vulpo/lambda_vul"], diagnostics["vulpo/lambda_safe"]) == (1.0, 2.0)
+
+
+def test_advantages_take_the_masks_dtype():
+    batch = vulpo_batch()
+    batch.rewards = batch.rewards.float()  # float32 mask; the judge's scores stay float64
+    assert VULPO()(batch).advantages.dtype == torch.float32
+
+
+def test_shape_errors_say_what_they_got():
+    batch = vulpo_batch()
+    batch.extras["judge_scores"] = batch.extras["judge_scores"][:, 0]
+    with pytest.raises(ValueError, match=r"got \[9\]"):
+        VULPO()(batch)
+    del batch.extras["judge_scores"]
+    with pytest.raises(ValueError, match="got None"):
+        VULPO()(batch)
+    batch = vulpo_batch()
+    batch.extras["prompt_label"] = batch.extras["prompt_label"][:, None]
+    with pytest.raises(ValueError, match=r"got \[9, 1\]"):
+        VULPO()(batch)
+
+
+def test_an_empty_batch_reports_zero_degenerate_groups():
+    result = VULPO()(vulpo_batch(v=[], loc=[], sem=[], f=[], y=[], group=[]))
+    assert result.advantages.numel() == 0 and result.diagnostics["vulpo/degenerate_frac"] == 0.0

@@ -86,3 +86,22 @@ def test_diagnostics_give_the_applied_and_the_warmed_up_spread():
     assert row["cort/spread"] == pytest.approx(0.0946, abs=1e-4)
     assert row["cort/target_spread"] == pytest.approx(0.1892, abs=1e-4)
     assert row["credit/max"] == pytest.approx(1.1892, abs=1e-4)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_smoothstep_from_a_later_start():
+    # k_0 = 10, k_1 = 20: u = (k − 10)/10
+    assert [smoothstep(k, 10, 20) for k in (5, 10, 15, 20)] == [0.0, 0.0, 0.5, 1.0]
+    assert smoothstep(12, 10, 20) == pytest.approx(3 * 0.2**2 - 2 * 0.2**3)
+
+
+def test_temperature_divides_the_contrast():
+    # §7's contrast at τ = 2: w̃ = 1 + 0.5·tanh(c/2) = [1.3808, 1.0250, 0.8775, 1.0], mean 1.0708
+    b = cort_batch([[2.0, 0.1, -0.5, 0.0]])
+    close(at_step(CoRT(temperature=2.0), 50)(b), [[1.2895, 0.9572, 0.8195, 0.9339]])
+
+
+def test_weights_take_the_masks_dtype():
+    b = cort_batch([[2.0, 0.1]])
+    b.rewards = b.rewards.float()  # float32 mask; the contrast stays float64
+    assert at_step(CoRT(), 50)(b).dtype == torch.float32

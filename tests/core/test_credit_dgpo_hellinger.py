@@ -44,3 +44,12 @@ def test_zero_probabilities_are_finite():
     b = batch([[1, 1, 1]])
     b.extras["ref_dist"][0, 1, 0] = -torch.inf
     assert torch.isfinite(DGPOHellinger()(b)).all()
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_entropy_is_normalised_by_the_vocabulary_and_raised_to_kappa():
+    # π = [0.5, 0.25, 0.25], π_ref = [0.25, 0.25, 0.5] on each of T = 2 tokens (V = 3 ≠ T):
+    # d = 1 − (2·sqrt(0.125) + 0.25) = 0.042893, H̃ = 1.039721/ln 3 = 0.946395, s = d·H̃² at κ = 2
+    old = torch.tensor([[[0.5, 0.25, 0.25]] * 2], dtype=torch.float64).log()
+    ref = torch.tensor([[[0.25, 0.25, 0.5]] * 2], dtype=torch.float64).log()
+    close(dgpo_scores(old, ref, 2.0), [[0.038418, 0.038418]], atol=1e-6)

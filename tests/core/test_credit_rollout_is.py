@@ -50,3 +50,41 @@ def test_diagnostics_measure_the_gap_between_engine_and_trainer():
     assert row["mismatch/abs_log_ratio_max"] == pytest.approx(log2, rel=1e-6)
     assert row["mismatch/ess"] == pytest.approx(9 / 10, rel=1e-6)  # (2 + 1)² / (2 · (4 + 1))
     assert row["mismatch/prob_diff_mean"] == pytest.approx(0.125, rel=1e-6)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_mask_mode_keeps_both_bounds_and_what_lies_between():
+    # cap 2: w ∈ [1/2, 2] kept; w = 2 and w = 1/2 are exact in float64 (exp(±ln 2)); w = 0.8 is inside
+    old = torch.zeros(1, 4, dtype=torch.float64)
+    b = build_batch([0.0], mask=torch.ones(1, 4), old_logp=old, advantages=torch.ones(1, 4))
+    b.extras["rollout_logp"] = old - torch.tensor([[math.log(2.0), -math.log(2.0), math.log(0.8), math.log(2.5)]],
+                                                  dtype=torch.float64)
+    close(RolloutIS(mode="mask", cap=2.0)(b), [[1.0, 1.0, 1.0, 0.0]])
+
+
+def test_diagnostics_of_one_token_and_of_none():
+    from polo.core.credit.rollout_is import importance_metrics
+
+    log2 = math.log(2.0)
+    b = build_batch([0.0], mask=torch.tensor([[1, 0]]), old_logp=torch.log(torch.tensor([[0.5, 0.9]])),
+                    advantages=torch.ones(1, 2))
+    b.extras["rollout_logp"] = torch.log(torch.tensor([[0.25, 0.1]]))
+    credit = RolloutIS(cap=2.0)
+    row = credit.diagnostics(b, credit(b))  # one token, log w = log 2: means over n = 1
+    assert row["mismatch/k1"] == pytest.approx(-log2, rel=1e-6)
+    assert row["mismatch/abs_log_ratio_mean"] == pytest.approx(log2, rel=1e-6)
+    assert row["mismatch/prob_diff_mean"] == pytest.approx(0.25, rel=1e-6)
+    none = importance_metrics(torch.ones(1, 2), torch.zeros(1, 2), "m")
+    assert none["m/abs_log_ratio_max"] == 0.0 and none["m/k1"] == 0.0
+
+
+def test_importance_metrics_average_clip_and_normalise():
+    from polo.core.credit.rollout_is import importance_metrics
+
+    log2 = math.log(2.0)
+    two = importance_metrics(torch.tensor([[log2, -log2]]), torch.ones(1, 2), "m")
+    assert two["m/abs_log_ratio_mean"] == pytest.approx(log2, rel=1e-6)  # (log 2 + log 2)/2
+    far = importance_metrics(torch.tensor([[30.0]]), torch.ones(1, 1), "m")
+    assert far["m/k1"] == pytest.approx(-20.0)  # log w is clipped to [−20, 20]
+    small = importance_metrics(torch.tensor([[-5.0, -5.0]]), torch.ones(1, 2), "m")
+    assert small["m/ess"] == pytest.approx(1.0, rel=1e-5)  # equal weights: ESS 1, however small they are

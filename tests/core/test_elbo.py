@@ -148,3 +148,17 @@ def test_bad_rule(bad):
 def test_bad_mc_samples():
     with pytest.raises(ValueError, match="mc_samples=0"):
         ElboSettings(mc_samples=0)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_loss_divides_by_the_length_and_leaves_empty_rows_out_of_its_metrics():
+    # rows of length 1, 0 and 2; r = 1 everywhere (logp = old_logp on valid tokens), so ℓ_i = −A_i/|y_i| + β·kl_i
+    mask = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    logp = torch.tensor([[-1.0, 9.0], [7.0, 7.0], [-0.5, -1.5]], dtype=torch.float64)
+    batch = build_batch([0.0] * 3, mask=mask, old_logp=logp.clone(), ref_logp=[[-2.0, 0.0], [0.0, 0.0], [-1.0, -1.0]],
+                        advantages=[[2.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    out = POLICY_LOSSES.build({"name": "gdpo_elbo", "beta": 0.1})(logp, batch)
+    # Ê = [−1, ·, −2]; d = Ê_ref − Ê_θ = [−1, ·, 0] → kl = [e⁻¹, ·, 0]
+    close(out.token_loss, [[-2.0 + 0.1 * math.exp(-1.0), 0.0], [0.0, 0.0], [-0.5, -0.5]])
+    close(out.metrics["elbo_mean"], -1.5)  # over the two non-empty rows
+    close(out.metrics["kl_elbo"], math.exp(-1.0) / 2)

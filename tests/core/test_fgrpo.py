@@ -78,3 +78,11 @@ def test_bad_inputs_and_config():
     with pytest.raises(ValueError, match="span_tag"):
         FGRPO()(batch)
     assert FGRPO().needs() == {"span_tag", "span_rewards"}
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_phase_advantages_keep_groups_and_phases_apart():
+    # three groups of two, two phases: each (group, phase) cell is centred on its own mean
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0], [2.0, 0.0], [0.0, 0.0]])
+    close(phase_advantages(rewards, torch.tensor([0, 0, 1, 1, 2, 2])),
+          [[0.5, -0.5], [-0.5, 0.5], [0.5, 0.5], [-0.5, -0.5], [1.0, 0.0], [-1.0, 0.0]])

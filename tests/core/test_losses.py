@@ -130,3 +130,10 @@ def test_entropy_stable_for_huge_and_infinite_logits():
     h.sum().backward()
     close(h, [0.0, math.log(2)])
     assert torch.isfinite(logits.grad).all()
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_ppo_dual_clip_leaves_positive_advantages_alone():
+    u, metrics, _ = run(PPOClip(dual_clip=3.0), [1.0], [0.5])  # A = 0.5 > 0: u = −A·r, never −A·c
+    close(u, [-0.5])
+    close(metrics["clip_frac_dual"], 0.0)

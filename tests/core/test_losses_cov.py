@@ -50,3 +50,9 @@ def test_top_covariance_selection_depends_on_the_micro_batch():
     halves = [KLCov()(logp[[i]], batch.select(torch.tensor([i]))).metrics["kl_cov_frac"] * 4 for i in (0, 1)]
     close(whole, 1.0)
     close(sum(halves), 2.0)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_covariance_centres_an_advantage_with_nonzero_mean():
+    # A = [2, 0], mean 1; logp = [−1, −3], mean −2: cov = [(2 − 1)(−1 + 2), (0 − 1)(−3 + 2)] = [1, 1]
+    close(centered_covariance(torch.tensor([[2.0, 0.0]]), torch.tensor([[-1.0, -3.0]]), torch.ones(1, 2))[0], [1.0, 1.0])

@@ -49,3 +49,10 @@ def test_cumulative_log_ratio_is_capped():
     assert torch.isfinite(out.token_loss).all()
     close(out.token_loss[0, 1].detach(), math.exp(10))
     assert grad[1] == 0
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_cumprod_lower_bound_grows_with_position():
+    # δ = −0.1 per token, A = −1: C_t = −0.1·t lies below −b_lo = −0.025·√t, so u_t = exp(−0.025·√t)
+    out, _ = run(CTPOCumulative(), [-0.1] * 3, -1.0)
+    close(out.token_loss[0].detach(), [math.exp(-0.025 * math.sqrt(n)) for n in (1, 2, 3)])

@@ -31,3 +31,14 @@ def test_fresh_data_is_plain_reinforce():
 def test_ess_is_one_without_valid_tokens():
     assert effective_sample_size(torch.tensor([[5.0]]), torch.zeros(1, 1)) == 1.0
     close(effective_sample_size(torch.tensor([[1.0, 3.0]], dtype=torch.float64), torch.ones(1, 2)), 16 / 20)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_one_token_has_ess_one_and_the_worked_examples_ratio_metrics():
+    close(effective_sample_size(torch.tensor([[2.0]], dtype=torch.float64), torch.ones(1, 1)), 1.0)  # r²/(r²·1)
+    logp, batch = ratio_batch((torch.tensor(LOGP, dtype=torch.float64) - OLD).exp(), [[1.0] * 3, [-1.0] * 3],
+                              logp=LOGP)
+    out = ESSAdaptive()(logp, batch)
+    # r = exp([0.1, 0, −0.5 | 0, −0.2, 0.2]) = [1.1052, 1, 0.6065 | 1, 0.8187, 1.2214]: mean 0.9586; 4 of 6 above ESS
+    close(out.metrics["ratio_mean"], 0.9586)
+    close(out.metrics["clip_frac"], 4 / 6)

@@ -26,3 +26,20 @@ def test_rows_are_independent_and_masks_respected():
     logp, batch = ratio_batch([[1.0, 5.0], [1.0, 1.0]], [[2.0, 2.0], [-1.0, -1.0]], mask=[[1, 0], [1, 1]])
     out = GMPO()(logp, batch)
     close(out.token_loss.detach(), [[-2.0, 0.0], [1.0, 1.0]])
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_lower_clip_binds_for_a_negative_advantage():
+    # Δ = [−0.8, 0.1, 0.1], A = −1: max(Δ, clip(Δ, −0.4, 0.4)) = [−0.4, 0.1, 0.1], ρ = exp(−0.2/3)
+    logp, batch = ratio_batch([math.exp(d) for d in (-0.8, 0.1, 0.1)], [-1.0] * 3)
+    out = GMPO()(logp, batch)
+    close(out.token_loss[0].detach(), [math.exp(-0.2 / 3)] * 3)
+    close(out.metrics["clip_frac_low"], 1 / 3)
+
+
+def test_each_row_has_its_own_geometric_mean():
+    # row 0: Δ = 0 on its one valid token (ρ = 1, A = 2); row 1: Δ = 0.2 on both tokens (ρ = e^0.2, A = −1)
+    logp, batch = ratio_batch([[1.0, 5.0], [math.exp(0.2)] * 2], [[2.0, 2.0], [-1.0, -1.0]], mask=[[1, 0], [1, 1]])
+    out = GMPO()(logp, batch)
+    close(out.token_loss.detach(), [[-2.0, 0.0], [math.exp(0.2)] * 2])
+    close(out.metrics["ratio_mean"], (1 + math.exp(0.2)) / 2)

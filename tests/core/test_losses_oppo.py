@@ -108,3 +108,19 @@ def test_hidden_states_are_required():
     with pytest.raises(ValueError, match="hidden"):
         OPPO()(logp, batch)
     assert OPPO.training_hidden_layer == -1 and OPPO.whole_groups and OPPO.group_size == 2
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_norm_penalty_by_hand():
+    close(norm_penalty(torch.tensor([[3.0, 4.0], [0.0, 0.5]], dtype=torch.float64)), [16.0, 0.25])  # (5−1)², (0.5−1)²
+
+
+def test_token_loss_spreads_each_pairs_step_one_over_its_two_responses():
+    logp, hidden, batch = pair_batch()
+    out = OPPO(context_dim=4, pref_coef=0.3, norm_coef=0.2)(logp, batch, hidden=hidden)
+    # each row carries half its pair's step-1 value, spread evenly over its valid tokens: 2 pairs → Σ = 2·loss
+    close(out.token_loss.sum(), 2 * out.loss.detach(), atol=1e-5)
+    row = out.token_loss.sum(-1)
+    close(row[[0, 3]], row[[1, 2]])  # the two sides of a pair (rows 0 and 1, rows 3 and 2) carry equal halves
+    assert set(out.metrics) == {"rec_nll", "pref_loss", "norm_loss", "dist_chosen", "dist_rejected", "z_star_norm",
+                                "pairs_used"}

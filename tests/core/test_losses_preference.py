@@ -185,3 +185,9 @@ def test_registered_with_whole_pairs():
         assert cls.whole_groups and cls.group_size == 2 and {"ref_logp", "chosen"} <= cls.requires
         assert "arXiv:" in cls.paper
     assert "history_logp" in MNPO.requires
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_mnpo_mixture_normalises_the_weights():
+    close(MNPO(weights=[1.0, 3.0]).mixture(), [0.25, 0.75])  # λ_h = w_h / Σ w
+    close(MNPO(weights=[0.0, 0.0]).mixture(), [0.5, 0.5])  # all zero: uniform

@@ -89,3 +89,11 @@ def test_kepo_recipe_advantage_of_the_worked_example():
     close(components["advantage"](kepo_batch()).advantages[:, 0], [0.8660, -0.8660, 0.8660, -0.8660])
     gate = components["regularizer.0"]
     assert (gate.gate, gate.beta) == ("reward", 0.5)
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_gate_keeps_a_reward_equal_to_tau_and_reports_the_mean_jsd():
+    b = kepo_batch()
+    reg = Distill(gate="reward", tau=2.0)  # g_i = 1[r_i ≥ τ]: r = 2 is in
+    close(reg.scope(b)[:, 0], [1.0, 0.0, 1.0, 0.0])
+    assert reg(torch.zeros(4, 1), b, student()).metrics["jsd"] == pytest.approx(0.0828, abs=1e-4)  # §9's L_D

@@ -119,3 +119,33 @@ def test_top_k_support_index_and_loss():
 
 def test_registered():
     assert REGULARIZERS.get("verpo_evidence") is VerpoEvidence
+
+
+# ---- mutation-testing kills (docs/mutation.md): the formulas act row by row over the last dim
+def test_fisher_inner_and_weight_are_per_row():
+    p = t([[0.5, 0.25, 0.25], [0.2, 0.3, 0.5]])
+    # row 0: E[ab] − E[a]E[b] = 0.5 − 0.5·0.5; row 1: 0.3 − 0.3·0.8
+    close(fisher_inner(p, t([[1, 0, 0], [0, 1, 0]]), t([[1, 0, 0], [0, 1, 1]])), [0.25, 0.06])
+    # row 0: ζ = 0.2 − 0.05, c = 0.0225, Â = 1; row 1: ζ = 0.1 + 0.02, c = 0.0076, Â = 2; a_c = 1, ε_c = 0
+    s = t([[0.2, -0.1, -0.1], [0.0, 0.1, -0.1]])
+    w = evidence_weight(p, s, torch.tensor([0, 1]), t([1.0, 2.0]), 1.0, 0.0)
+    close(w, [0.15 / 0.1725, 0.24 / 0.2476])
+
+
+def test_support_index_per_token_and_the_tail_bin():
+    ids = torch.tensor([[[5, 7], [2, 9]]])  # top-2 ids of two tokens
+    assert support_index(torch.tensor([[7, 3]]), ids).tolist() == [[1, 2]]  # 7 is second; 3 falls in the tail (k)
+
+
+def test_needs_name_the_negative_sibling_except_for_fixed():
+    base = {"teacher_dist", "teacher_dist_sibling", "sibling_present"}
+    assert VerpoEvidence(direction="fixed").needs() == base
+    assert VerpoEvidence(direction="ctr").needs() == base | {"teacher_dist_negative", "negative_present"}
+
+
+def test_fixed_reads_no_negative_sibling_and_reports_its_metrics():
+    b = one_token_batch()
+    del b.extras["teacher_dist_negative"], b.extras["negative_present"]
+    out = VerpoEvidence(direction="fixed")(torch.zeros(1, 1), b, t([[P]]).log())
+    close(out.token_loss, [[-0.1937]])  # §8's fixed worked example, without the negative in the batch
+    assert out.metrics["accepted_frac"] == 1.0 and out.metrics["evidence_token_frac"] == 1.0

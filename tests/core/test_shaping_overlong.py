@@ -23,3 +23,14 @@ def test_defaults_follow_the_generation_limit():
     close(shaping(lengths_batch([7, 8, 9, 10, 0], 10), max_new_tokens=10), [0.0, 0.0, -0.5, -1.0, 0.0])
     assert shaping.needs() == set() and shaping.weight == 1.0
     close(SHAPING.build({"name": "overlong", "factor": 0.5})(lengths_batch([10], 10), 10), [-0.5])
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_default_buffer_is_a_fifth_rounded_down_and_at_least_one():
+    shaping = SHAPING.build("overlong")
+    # L_max = 12: L_buf = 12 // 5 = 2, penalty −(L − 10)/2 in the rewards' dtype
+    penalty = shaping(lengths_batch([10, 11, 12], 12), max_new_tokens=12)
+    close(penalty, [0.0, -0.5, -1.0])
+    assert penalty.dtype == torch.float64
+    # L_max = 4: 4 // 5 = 0, so L_buf = 1 and the penalty is −(L − 3)
+    close(shaping(lengths_batch([3, 4], 4), max_new_tokens=4), [0.0, -1.0])

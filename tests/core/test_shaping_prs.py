@@ -39,3 +39,17 @@ def test_prs_judge_names_a_missing_format_column_and_bad_scale():
         SHAPING.build({"name": "prs_judge"})(batch, 8)
     with pytest.raises(ValueError, match="max_score"):
         SHAPING.build({"name": "prs_judge", "max_score": 0})
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_prs_judge_clips_a_negative_score_and_names_bad_shapes():
+    batch = build_batch([[0.0], [0.0]])
+    batch.reward_names = ("prs_format",)
+    batch.extras["judge_score"] = torch.tensor([-3.0, 5.0], dtype=torch.float64)
+    close(SHAPING.build({"name": "prs_judge", "max_score": 10.0})(batch, 8), [0.0, 0.5])  # q = clip(s/10, 0, 1)
+    batch.extras["judge_score"] = torch.tensor([[0.5, 0.5]])
+    with pytest.raises(ValueError, match=r"'judge_score' must have shape \[B\] = \[2\], got \[1, 2\]"):
+        SHAPING.build("prs_judge")(batch, 8)
+    del batch.extras["judge_score"]
+    with pytest.raises(ValueError, match="got None"):
+        SHAPING.build("prs_judge")(batch, 8)

@@ -2,9 +2,11 @@
 forward, the classifier back end, criteria → [B, D], per-sample failures and the role's validation.
 (The HTTP back end against a real server: tests/policy/test_judge_http.py.)"""
 import copy
+import http.server
 import math
 import re
 import socket
+import threading
 
 import pytest
 import torch
@@ -146,6 +148,28 @@ def test_an_unreachable_endpoint_fails_every_sample_after_its_retries():
     assert got.scores.isnan().all() and got.failures == {"connection": 3}
     assert "refused" in got.details["connection"].lower()
     assert built.scorer.client.requests == 2 * 3  # 2 requests (batches of 2 prompts), each tried 1 + 2 times
+
+
+def test_a_run_waits_for_an_endpoint_that_never_answers_then_refuses_in_one_line():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    lines = []
+    with pytest.raises(ConfigError, match=r"^roles.judge: no answer from .* after 3 tries in 2 s .*refused.*start an "
+                                          r"OpenAI-compatible server of 'm' there[^\n]*$"):
+        judge(backend="http", url=url, model="m", wait_s=1.5).preflight(lines.append)
+    # tries after 1 s and 0.5 s (what is left of wait_s), one line per failed try but the last
+    assert [line.split(" (try ")[1][:3] for line in lines] == ["1/3", "2/3"]
+    assert all(line.startswith(f"judge: waiting for the judge at {url} (try ") for line in lines)
+
+
+def test_any_http_reply_shows_the_endpoint_is_up():
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # 501 to every GET
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    lines = []
+    judge(backend="http", url=f"http://127.0.0.1:{server.server_port}/v1", model="m", wait_s=0).preflight(lines.append)
+    server.server_close()
+    assert lines == []
+    judge(backend="causal").preflight(lines.append)  # a local judge waits for nothing
+    assert lines == []
 
 
 def test_the_api_key_comes_from_the_named_environment_variable(monkeypatch):

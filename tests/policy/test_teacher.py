@@ -1,9 +1,11 @@
 """The teacher role: its five sources, the EMA update, checkpointing, vocabulary checks and settings."""
+import io
 from functools import partial
 from types import SimpleNamespace
 
 import pytest
 import torch
+from rich.console import Console
 
 from polo.core.registry import ConfigError
 from polo.policy import Policy, TinyModelConfig
@@ -12,6 +14,7 @@ from polo.roles.teacher import Teacher, TeacherModel, check_vocabulary
 from polo.policy.policy import build_tiny_policy
 from polo.tasks.registry import build_task
 from polo.train.config import load_recipe
+from polo.train import warm_start
 from polo.train.warm_start import warm_start_with
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
@@ -93,6 +96,19 @@ def test_warm_start_source_trains_the_built_in_model_longer(policy, tiny):
     again.bind(RoleResources(warm_start=partial(warm_start_with, recipe, task, lambda *_: None)))
     for a, b in zip(again.build(policy).parameters(), model.parameters()):
         assert torch.equal(a, b)  # cached: rebuilt identically on resume
+
+
+def test_a_teacher_warm_start_says_what_it_trains_with_a_progress_bar_on_a_terminal(policy, tiny, tmp_path,
+                                                                                     monkeypatch):
+    screen = io.StringIO()
+    monkeypatch.setenv("POLO_CACHE", str(tmp_path))  # built here, not found cached
+    monkeypatch.setattr(warm_start, "Console", lambda **_: Console(file=screen, force_terminal=True, width=120))
+    recipe, lines = load_recipe("gkd", tiny), []
+    role = teacher(source="warm_start", warm_start={"steps": 30, "examples": 100, "target_accuracy": None})
+    role.bind(RoleResources(warm_start=partial(warm_start_with, recipe, build_task(recipe.task), lines.append)))
+    role.build(policy)
+    assert lines[0].startswith("teacher warm start: training the built-in model") and "up to 30 steps" in lines[0]
+    assert "teacher warm start" in screen.getvalue() and "30/30" in screen.getvalue()
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -8,7 +8,8 @@ import struct
 
 import pytest
 
-from polo.tasks import sandbox
+from polo.core.registry import ConfigError
+from polo.tasks import kernel_guard, sandbox
 from polo.tasks.sandbox import (
     CallOutcome,
     ProgramTests,
@@ -20,6 +21,7 @@ from polo.tasks.sandbox import (
     run_batch,
     run_program,
     run_tests,
+    unavailable,
 )
 
 SMALL = {"timeout_s": 3.0, "cpu_seconds": 1, "memory_mb": 256, "file_size_kb": 64, "processes": 8,
@@ -29,8 +31,9 @@ MODES = ["namespace", "subreaper"]
 
 @pytest.fixture(params=MODES)
 def limits(request):
-    if request.param == "namespace" and isolation_mode("auto") != "namespace":
-        pytest.skip("namespace isolation is unavailable on this machine")
+    why = unavailable(request.param)
+    if why:
+        pytest.skip(why)
     return SandboxLimits(mode=request.param, **SMALL)
 
 
@@ -251,6 +254,28 @@ def test_auto_falls_back_to_subreaper_with_a_warning(monkeypatch):
     with pytest.warns(RuntimeWarning, match="namespace isolation is unavailable.*Operation not permitted"):
         assert isolation_mode("auto") == "subreaper"
     assert isolation_mode("auto") == "subreaper"  # probed once
+
+
+def test_subreaper_mode_reports_the_kernel_guard_it_ran_under(limits):
+    result = run("def f():\n    return 1\n", limits)
+    assert result.calls[0].matches(1)
+    assert result.guard == (kernel_guard.available_layers() if limits.mode == "subreaper" else ())
+    assert limits.mode == "namespace" or result.guard  # subreaper mode runs only with a layer (or the opt-in)
+
+
+def test_subreaper_without_a_kernel_guard_refuses_unless_opted_in(monkeypatch):
+    monkeypatch.setattr(kernel_guard, "available_layers", lambda: ())
+    weak = SandboxLimits(mode="subreaper", **SMALL)
+    for attempt in (lambda: run_program("def f():\n    return 1\n", [()], weak),
+                    lambda: run_batch([sandbox.Program("def f():\n    return 1\n", ((),))], weak)):
+        with pytest.raises(ConfigError, match=r"refuses to run untrusted code.*sandbox\.allow_weak_isolation: true"):
+            attempt()
+    monkeypatch.setattr(sandbox, "_probed", "subreaper")  # auto, where namespaces do not work
+    with pytest.raises(ConfigError, match="namespaces are unavailable and subreaper mode has no kernel boundary"):
+        run_program("def f():\n    return 1\n", [()], SandboxLimits(**SMALL))
+    assert unavailable("subreaper").startswith("subreaper mode refuses here")
+    opted_in = run_program("def f():\n    return 1\n", [()], weak.model_copy(update={"allow_weak_isolation": True}))
+    assert opted_in.calls[0].matches(1) and opted_in.guard == () and opted_in.mode == "subreaper"
 
 
 def test_limits_validate():

@@ -3,15 +3,18 @@
 dagrpo reads a reward column as its fine-grained score; gcpo runs on addition with a tag that some
 completions match (answers starting with 1), so the tag contrast has both subsets; vulpo runs on a labelled
 JSONL task with a three-criterion causal judge (the frozen warm-started policy): the real judge_scores and
-prompt_label providers, not stand-ins (``VULPO_TOY`` in tests/conftest.py, also used by the recipe-wide tests). The shipped vulpo recipe
-itself asks for an HTTP judge server and labelled data; its validation is checked here.
+prompt_label providers, not stand-ins (``VULPO_TOY`` in tests/conftest.py). The shipped vulpo recipe runs on the built-in
+labelled task labelled_addition with a rule judge (tests/train/test_recipes_smoke.py runs it); its criteria order is
+checked here.
 """
 import json
 import math
+import socket
 
 import pytest
 
 from conftest import VULPO_TOY
+from polo.core.registry import ConfigError
 from polo.train.config import load_recipe
 from polo.train.trainer import Trainer
 
@@ -51,11 +54,11 @@ def test_vulpo_with_a_causal_judge_on_labelled_data(tiny, tmp_path):
         assert 0.0 <= row["vulpo/degenerate_frac"] <= 1.0 and row["vulpo/unscored"] == 0.0
 
 
-def test_shipped_vulpo_recipe_validates():
+def test_shipped_vulpo_recipe_judges_the_three_criteria_in_order():
     recipe = load_recipe("vulpo")
-    assert recipe.advantage["name"] == "vulpo" and recipe.roles["judge"]["backend"] == "http"
-    names = [c["name"] for c in recipe.roles["judge"]["criteria"]]
-    assert [names[i] for i in recipe.advantage["criteria"]] == ["verdict", "localisation", "semantic"]
+    assert recipe.advantage["name"] == "vulpo" and recipe.roles["judge"]["backend"] == "rule"
+    rules = [c["rule"] for c in recipe.roles["judge"]["criteria"]]
+    assert [rules[i] for i in recipe.advantage["criteria"]] == ["verdict", "digit_match", "correct"]
 
 
 def test_labels_other_than_vul_and_safe_stop_the_run(tiny, tmp_path):
@@ -65,3 +68,19 @@ def test_labels_other_than_vul_and_safe_stop_the_run(tiny, tmp_path):
     with pytest.raises(ValueError, match="has label 'unknown'"):
         run("vulpo", tiny, tmp_path, f"task={{name: jsonl, path: {path}}}", "roles.judge={backend: causal}",
             "rewards=[{name: correct}]", "advantage.format_reward=null", "advantage.criteria=[0, 0, 0]")
+
+
+@pytest.mark.parametrize("override, error", [
+    ("task.name=addition", "need a column 'label' of 'vul' or 'safe'.*task={name: labelled_addition}"),
+    ("roles.judge={{backend: http, url: 'http://127.0.0.1:{port}/v1', model: m, wait_s: 0}}",
+     "no answer from http://127.0.0.1:.*start an OpenAI-compatible server"),
+])
+def test_what_the_papers_setting_needs_is_refused_before_any_work(override, error, tiny, tmp_path, monkeypatch):
+    """Data without labels, a judge server that does not answer: one line naming what is needed, before the warm
+    start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr("polo.train.trainer.ensure_warm_start", lambda *args: pytest.fail("warm start reached"))
+    with pytest.raises(ConfigError, match=error):
+        Trainer(load_recipe("vulpo", [*tiny, override.format(port=port)]), tmp_path, log=lambda *_: None)

@@ -1,0 +1,192 @@
+"""Mutation testing of the mechanisms: which one-token changes of polo's math do the unit tests catch? (#34)
+
+    python bench/mutation.py                                   # every family (polo/core and polo/control/math)
+    python bench/mutation.py --family advantages --family credit
+    python bench/mutation.py --paths polo/core/advantages/spo.py polo/core/credit/cort.py
+    python bench/mutation.py --family losses --unchecked       # resume: skip files whose mutants all have a result
+    python bench/mutation.py --paths polo/core/credit/cort.py --survivors   # after new tests: re-test survivors only
+    python bench/mutation.py --family losses --report-only     # print the cached results, run nothing
+
+A wrapper around mutmut 3 (the ``mutation`` extra; its settings are ``[tool.mutmut]`` in pyproject.toml):
+mutmut copies polo/ and tests/ into ./mutants, rewrites each function of the files it mutates into a trampoline
+over its mutants (a flipped operator, a changed constant, a swapped argument, ...), records once which unit
+tests reach each function, then runs, for every mutant, only those tests in a forked worker. A mutant is
+*killed* when a test fails. This script runs the mutants of the chosen files (``--max-children 1`` by default:
+one worker) and prints, per family (the subfolder of polo/core, a top-level module of polo/core by its name,
+``control`` for polo/control/math), killed / total and every surviving mutant as ``file:line`` with its change.
+Results are cached in ./mutants; a run re-tests the mutants of the files it names (all of them with
+``--family``/``--paths``, the unfinished files with ``--unchecked``, the survivors with ``--survivors``).
+docs/mutation.md has the scores and the equivalent mutants. Runs, not tests: CI does not run it.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MUTATED = ("polo/core", "polo/control/math")
+"""The folders ``[tool.mutmut] only_mutate`` names (keep the two in step)."""
+HUNK = re.compile(r"^@@ -(\d+)")
+CENTRAL = {
+    "polo/core/advantages/spo.py": {"success_probability", "sampling_weights", "init_offline", "after_update"},
+    "polo/core/credit/cort.py": {"smoothstep", "target"},
+    "polo/core/credit/dgpo_hellinger.py": {"dgpo_scores"},
+    "polo/core/regularizers/distill.py": {"scope"},
+    "polo/core/shaping/prs.py": {"progressive_reward"},
+}
+"""Besides every ``__call__`` (a component's formula), the functions that compute a mechanism's formula: their
+mutants are the *central* ones, scored apart."""
+
+
+def family(path: str) -> str:
+    """``polo/core/advantages/spo.py`` → ``advantages``; ``polo/core/aggregation.py`` → ``aggregation``;
+    ``polo/control/math/qoed.py`` → ``control``."""
+    parts = Path(path).parts
+    if parts[:3] == ("polo", "control", "math"):
+        return "control"
+    return parts[2] if len(parts) > 3 else Path(parts[2]).stem
+
+
+def source_files() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for d in MUTATED for p in (ROOT / d).rglob("*.py"))
+
+
+def select(families: list[str], paths: list[str]) -> list[str]:
+    files = source_files()
+    known = sorted({family(f) for f in files})
+    for name in families:
+        if name not in known:
+            raise SystemExit(f"--family {name!r}: expected one of {', '.join(known)}")
+    for path in paths:
+        if path not in files:
+            raise SystemExit(f"--paths {path!r}: expected a .py file under {' or '.join(MUTATED)}")
+    if not families and not paths:
+        return files
+    return [f for f in files if family(f) in families or f in paths]
+
+
+def mutant_glob(path: str) -> str:
+    """The mutmut names of a file's mutants: ``polo.core.credit.cort.*`` (``polo.core.credit.x*`` for an
+    ``__init__.py``, whose functions mutmut names after the package)."""
+    module = path[: -len(".py")].replace("/", ".")
+    return module[: -len(".__init__")] + ".x*" if module.endswith(".__init__") else module + ".*"
+
+
+def function_lines(path: str) -> dict[str, int]:
+    """mutmut's mangled function name (``x_f``, ``xǁClassǁmethod``) → the line of its ``def``."""
+    module = ast.parse((ROOT / path).read_text())
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+    lines = {f"x_{node.name}": node.lineno for node in module.body if isinstance(node, functions)}
+    for node in ast.walk(module):
+        if isinstance(node, ast.ClassDef):
+            methods = (item for item in node.body if isinstance(item, functions))
+            lines.update({f"xǁ{node.name}ǁ{item.name}": item.lineno for item in methods})
+    return lines
+
+
+def describe(name: str, path: str, def_lines: dict[str, int]) -> tuple[int, str]:
+    """(line in the source file, ``old → new``) of a mutant, from mutmut's diff of its function."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    diff = get_diff_for_mutant(name, path=path).splitlines()
+    start = def_lines.get(name.rpartition(".")[2].partition("__mutmut_")[0], 0)
+    offset, old, new = 0, "", ""
+    for line in diff:
+        if (m := HUNK.match(line)) and not old:
+            offset = int(m.group(1)) - 1
+        elif line.startswith("-") and not line.startswith("---") and not old:
+            old = line[1:].strip()
+        elif line.startswith("+") and not line.startswith("+++") and not new:
+            new = line[1:].strip()
+        elif old == "" and not line.startswith(("---", "+++")):
+            offset += 1
+    source = (ROOT / path).read_text().splitlines()
+    guess = start + offset
+    if not (0 < guess <= len(source) and source[guess - 1].strip() == old):  # the def line moved (decorators)
+        guess = next((i + 1 for i in range(start - 1, len(source)) if source[i].strip() == old), guess)
+    return guess, f"{old}  →  {new}"
+
+
+def exit_codes(path: str) -> dict[str, int | None]:
+    """mutmut's result per mutant of a file (exit code of its test run: 1 killed, 0 survived, None not run)."""
+    meta = Path("mutants") / (path + ".meta")
+    return json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+
+
+def checked(path: str) -> bool:
+    """Whether every mutant of a file has a result in ./mutants (False before its first run)."""
+    return (Path("mutants") / (path + ".meta")).exists() and None not in exit_codes(path).values()
+
+
+def report(files: list[str]) -> int:
+    """Print killed / total per family and the survivors; return the number of survivors."""
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.stats import status_by_exit_code
+
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    central: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # family → [killed, total]
+    survivors = []
+    for path in files:
+        data = SourceFileMutationData(path=Path(path))
+        data.load()
+        def_lines = function_lines(path)
+        for name, code in sorted(data.exit_code_by_key.items()):
+            status = status_by_exit_code[code]
+            counts[family(path)][status] += 1
+            function = name.partition("__mutmut_")[0].rpartition(".")[2].removeprefix("x_").rpartition("ǁ")[2]
+            if function == "__call__" or function in CENTRAL.get(path, ()):
+                central[family(path)][0] += status == "killed"
+                central[family(path)][1] += 1
+            if status in ("survived", "no tests", "suspicious"):
+                line, change = describe(name, path, def_lines)
+                survivors.append((path, line, status, change, name))
+    print(f"\n{'family':<16}{'killed':>8}{'total':>8}{'score':>8}{'central':>16}   other")
+    for fam in sorted(counts):
+        c = counts[fam]
+        total = sum(c.values())
+        other = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "killed")
+        kc, tc = central[fam] if fam in central else (0, 0)
+        core = f"{kc}/{tc} {100 * kc / tc:.1f}%" if tc else "-"
+        print(f"{fam:<16}{c['killed']:>8}{total:>8}{100 * c['killed'] / total:>7.1f}%{core:>16}   {other}")
+    if survivors:
+        print("\nnot killed (file:line  status  change  [mutmut name: `mutmut show NAME`]):")
+        for path, line, status, change, name in sorted(survivors, key=lambda s: (s[0], s[1])):
+            print(f"{path}:{line}  {status}  {change}  [{name}]")
+    return len(survivors)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", action="append", default=[],
+                        help="a subfolder of polo/core, a top-level module of it, or control (repeatable)")
+    parser.add_argument("--paths", nargs="+", default=[], help="source files to mutate (under polo/core or "
+                        "polo/control/math)")
+    parser.add_argument("--max-children", type=int, default=1, help="mutmut workers (default 1)")
+    parser.add_argument("--unchecked", action="store_true",
+                        help="skip the files whose mutants all have a result (resume an interrupted run)")
+    parser.add_argument("--survivors", action="store_true",
+                        help="re-test only the mutants that survived last time (after adding tests)")
+    parser.add_argument("--report-only", action="store_true", help="print the cached results of ./mutants")
+    args = parser.parse_args()
+    os.chdir(ROOT)  # mutmut reads [tool.mutmut] from ./pyproject.toml and works in ./mutants
+    files = select(args.family, args.paths)
+    run = [f for f in files if not (args.unchecked and checked(f))]
+    names = [mutant_glob(f) for f in run] if args.family or args.paths or args.unchecked else []
+    if args.survivors:  # exact names: mutmut runs just these, with the tests that reached their functions
+        names = [name for f in files for name, code in exit_codes(f).items() if code == 0]
+    if not args.report_only and (names or not (args.survivors or args.unchecked)):
+        command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names]
+        env = {**os.environ, "POLO_CACHE": os.environ.get("POLO_CACHE", "/tmp/polo_cache")}
+        subprocess.run(command, check=True, env=env)
+    report(files)
+
+
+if __name__ == "__main__":
+    main()
