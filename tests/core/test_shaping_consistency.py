@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import polo.core.shaping  # noqa: F401  (registers)
-from polo.core.registry import SHAPING
+from polo.core.registry import SHAPING, ConfigError
 
 from .helpers import build_batch, close
 
@@ -34,4 +34,27 @@ def test_bad_judge_scores_are_named():
         SHAPING.build("consistency_judge")(batch, 8)
     del batch.extras["judge_score"]
     with pytest.raises(ValueError, match="got None"):
+        SHAPING.build("consistency_judge")(batch, 8)
+
+
+def test_model_judge_term_binary_and_soft():
+    batch = judged([0.9, 0.2, 0.9, math.nan, 0.5], [1.0, 1.0, 0.0, 1.0, 1.0])
+    term = SHAPING.build({"name": "consistency_judge", "weight": 1.0})
+    assert term.needs() == {"judge_score"}
+    close(term(batch, 8), [1.0, 0.0, 0.0, 0.0, 1.0])
+    assert term.present(batch).tolist() == [True, True, True, False, True]
+    soft = SHAPING.build({"name": "consistency_judge", "mode": "soft"})
+    close(soft(batch, 8), [0.9, 0.2, 0.0, 0.0, 0.5])
+
+
+def test_model_judge_term_errors():
+    with pytest.raises(ConfigError, match="mode"):
+        SHAPING.build({"name": "consistency_judge", "mode": "hard"})
+    batch = judged([0.5], [1.0])
+    batch.reward_names = ("correct",)
+    with pytest.raises(ValueError, match="no reward component 'think_answer_format'"):
+        SHAPING.build("consistency_judge")(batch, 8)
+    batch = build_batch([[1.0]])
+    batch.reward_names = ("think_answer_format",)
+    with pytest.raises(ValueError, match=r"'judge_score' must have shape \[B\] = \[1\], got None"):
         SHAPING.build("consistency_judge")(batch, 8)

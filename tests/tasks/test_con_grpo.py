@@ -1,15 +1,12 @@
 """Con-GRPO (MedAD-R1, arXiv:2602.01081): r = r_acc + r_fmt + λ_con·r_con·r_fmt with the rule judge (the reward
-``think_consistency``) or a model judge (the shaping term ``consistency_judge``), and GRPO's advantage."""
-import math
-
-import pytest
+``think_consistency``) or a model judge (the shaping term ``consistency_judge``, tested in
+tests/core/test_shaping_consistency.py), and GRPO's advantage."""
 import torch
 
 from polo.core.advantages.group import GRPO
-from polo.core.registry import SHAPING, ConfigError
 from polo.tasks import get_reward
 
-from tests.core.helpers import build_batch, close
+from tests.core.helpers import close
 
 
 def test_worked_example():
@@ -37,32 +34,3 @@ def test_rule_judge_on_conversational_completions():
                                                                           "content": "<think>5</think><answer>5</answer>"}]])
     assert got == [1.0]
 
-
-def judged_batch(fmt, score):
-    batch = build_batch([[f] for f in fmt])
-    batch.reward_names = ("think_answer_format",)
-    batch.extras["judge_score"] = torch.tensor(score, dtype=torch.float64)
-    return batch
-
-
-def test_model_judge_term_binary_and_soft():
-    batch = judged_batch([1.0, 1.0, 0.0, 1.0, 1.0], [0.9, 0.2, 0.9, math.nan, 0.5])
-    term = SHAPING.build({"name": "consistency_judge", "weight": 1.0})
-    assert term.needs() == {"judge_score"}
-    close(term(batch, 8), [1.0, 0.0, 0.0, 0.0, 1.0])
-    assert term.present(batch).tolist() == [True, True, True, False, True]
-    soft = SHAPING.build({"name": "consistency_judge", "mode": "soft"})
-    close(soft(batch, 8), [0.9, 0.2, 0.0, 0.0, 0.5])
-
-
-def test_model_judge_term_errors():
-    with pytest.raises(ConfigError, match="mode"):
-        SHAPING.build({"name": "consistency_judge", "mode": "hard"})
-    batch = judged_batch([1.0], [0.5])
-    batch.reward_names = ("correct",)
-    with pytest.raises(ValueError, match="no reward component 'think_answer_format'"):
-        SHAPING.build("consistency_judge")(batch, 8)
-    batch = build_batch([[1.0]])
-    batch.reward_names = ("think_answer_format",)
-    with pytest.raises(ValueError, match=r"'judge_score' must have shape \[B\] = \[1\], got None"):
-        SHAPING.build("consistency_judge")(batch, 8)
