@@ -97,10 +97,9 @@ class EndpointClient:
         while total < wait_s:
             delays.append(min(2.0 ** len(delays), wait_s - total))
             total += delays[-1]
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         for attempt in range(len(delays) + 1):
             try:
-                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=headers),
+                with urllib.request.urlopen(urllib.request.Request(self.url + "/models", headers=self._auth()),
                                             timeout=self.timeout_s):
                     return
             except urllib.error.HTTPError:
@@ -166,15 +165,17 @@ class EndpointClient:
                 time.sleep(self.backoff_s * 2 ** attempt)
                 attempt += 1
 
+    def _auth(self) -> dict[str, str]:
+        """The bearer-token header of every request (none without an API key)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def _post(self, prompts: list[str]) -> dict:
         if self.endpoint == "completions":
             path, body = "/completions", {"prompt": prompts}
         else:
             path, body = "/chat/completions", {"messages": [{"role": "user", "content": prompts[0]}]}
         body = {"model": self.model, **self.sampling, **body}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+        headers = {"Content-Type": "application/json", **self._auth()}
         request = urllib.request.Request(self.url + path, json.dumps(body).encode(), headers, method="POST")
         with self._lock:
             self.requests += 1
