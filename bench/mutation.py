@@ -16,7 +16,9 @@ one worker) and prints, per family (the subfolder of polo/core, a top-level modu
 ``control`` for polo/control/math), killed / total and every surviving mutant as ``file:line`` with its change.
 Results are cached in ./mutants; a run re-tests the mutants of the files it names (all of them with
 ``--family``/``--paths``, the unfinished files with ``--unchecked``, the survivors with ``--survivors``).
-docs/mutation.md has the scores and the equivalent mutants. Runs, not tests: CI does not run it.
+Survivors judged equivalent (no input can tell them from the original) are listed with their reason in
+bench/mutation_equivalents.yaml; the scores leave them out: killed / (total − equivalent). docs/mutation.md has
+the scores. Runs, not tests: CI does not run it.
 """
 from __future__ import annotations
 
@@ -27,12 +29,16 @@ import os
 import re
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTATED = ("polo/core", "polo/control/math")
 """The folders ``[tool.mutmut] only_mutate`` names (keep the two in step)."""
+EQUIVALENTS = ROOT / "bench" / "mutation_equivalents.yaml"
+"""file → [{change: "old  →  new" as the report prints it, why: reason}]: survivors no test can kill."""
 HUNK = re.compile(r"^@@ -(\d+)")
 CENTRAL = {
     "polo/core/advantages/spo.py": {"success_probability", "sampling_weights", "init_offline", "after_update"},
@@ -42,7 +48,15 @@ CENTRAL = {
     "polo/core/shaping/prs.py": {"progressive_reward"},
 }
 """Besides every ``__call__`` (a component's formula), the functions that compute a mechanism's formula: their
-mutants are the *central* ones, scored apart."""
+mutants are the *central* ones, scored apart (in polo/control/math every function but the argument checks)."""
+
+
+def is_central(path: str, function: str) -> bool:
+    """A component's ``__call__``, a formula helper named in CENTRAL, or any function of the control methods' math
+    but its argument checks (``_check*``)."""
+    if family(path) == "control":
+        return not function.startswith("_check")
+    return function == "__call__" or function in CENTRAL.get(path, ())
 
 
 def family(path: str) -> str:
@@ -125,40 +139,59 @@ def checked(path: str) -> bool:
     return (Path("mutants") / (path + ".meta")).exists() and None not in exit_codes(path).values()
 
 
+def equivalents() -> dict[str, Counter]:
+    """file → how many survivors of each change (``old  →  new``) are judged equivalent."""
+    listed = yaml.safe_load(EQUIVALENTS.read_text()) or {}
+    return {path: Counter(entry["change"] for entry in entries) for path, entries in listed.items()}
+
+
 def report(files: list[str]) -> int:
-    """Print killed / total per family and the survivors; return the number of survivors."""
+    """Print the score per family (killed / (total − equivalent)), the survivors not judged equivalent, and the
+    listed equivalents that no longer match a survivor; return the number of survivors not judged equivalent."""
     from mutmut.mutation.data import SourceFileMutationData
     from mutmut.stats import status_by_exit_code
 
+    judged = equivalents()
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    central: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # family → [killed, total]
-    survivors = []
+    central: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # family → [killed, total − equivalent]
+    survivors, stale = [], []
     for path in files:
         data = SourceFileMutationData(path=Path(path))
         data.load()
         def_lines = function_lines(path)
+        unmatched = Counter(judged.get(path, {}))
         for name, code in sorted(data.exit_code_by_key.items()):
             status = status_by_exit_code[code]
+            line, change = describe(name, path, def_lines) if status != "killed" else (0, "")
+            if status == "survived" and unmatched[change] > 0:
+                unmatched[change] -= 1
+                status = "equivalent"
             counts[family(path)][status] += 1
             function = name.partition("__mutmut_")[0].rpartition(".")[2].removeprefix("x_").rpartition("ǁ")[2]
-            if function == "__call__" or function in CENTRAL.get(path, ()):
+            if status != "equivalent" and is_central(path, function):
                 central[family(path)][0] += status == "killed"
                 central[family(path)][1] += 1
             if status in ("survived", "no tests", "suspicious"):
-                line, change = describe(name, path, def_lines)
                 survivors.append((path, line, status, change, name))
-    print(f"\n{'family':<16}{'killed':>8}{'total':>8}{'score':>8}{'central':>16}   other")
+        stale += [(path, change) for change, n in unmatched.items() for _ in range(n)]
+    print(f"\n{'family':<16}{'killed':>8}{'judged':>8}{'score':>8}{'central':>18}   other")
     for fam in sorted(counts):
         c = counts[fam]
-        total = sum(c.values())
+        judged_total = sum(c.values()) - c["equivalent"]
         other = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "killed")
-        kc, tc = central[fam] if fam in central else (0, 0)
+        kc, tc = central[fam]
         core = f"{kc}/{tc} {100 * kc / tc:.1f}%" if tc else "-"
-        print(f"{fam:<16}{c['killed']:>8}{total:>8}{100 * c['killed'] / total:>7.1f}%{core:>16}   {other}")
+        score = f"{100 * c['killed'] / judged_total:.1f}%" if judged_total else "-"
+        print(f"{fam:<16}{c['killed']:>8}{judged_total:>8}{score:>8}{core:>18}   {other}")
+    print("(judged: total − equivalent; central: the mutants of __call__ and of the formula helpers in CENTRAL)")
     if survivors:
         print("\nnot killed (file:line  status  change  [mutmut name: `mutmut show NAME`]):")
         for path, line, status, change, name in sorted(survivors, key=lambda s: (s[0], s[1])):
             print(f"{path}:{line}  {status}  {change}  [{name}]")
+    if stale:
+        print(f"\nlisted in {EQUIVALENTS.name} but no longer a survivor (the code changed: re-judge or remove):")
+        for path, change in stale:
+            print(f"{path}  {change}")
     return len(survivors)
 
 

@@ -12,6 +12,9 @@ worse by less than the margin), the test is
 - not held when ``high ≤ t`` (the whole interval is at or below it),
 - inconclusive otherwise, and whenever fewer than 2 seeds pair up.
 
+Each test also carries its power (polo.arena.power): the minimum detectable effect at the seeds run and the seeds
+that would decide the observed distance of ``d`` from ``t``.
+
 A claim is held when every test is held, not held when any test is not held, and inconclusive otherwise.
 With 2 or 3 seeds the 95 % interval is exactly [smallest, largest] per-seed difference (a resample that
 repeats one seed throughout has probability 1/4 or 1/27, above 2.5 %): a test then holds when ``d_s > t`` on
@@ -22,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polo.arena.claim_metrics import Caps, run_metric
+from polo.arena.power import mde, seeds_to_decide, t_interval
 from polo.arena.spec import Claim, ClaimTest
 from polo.arena.stats import CONFIDENCE, Interval, bootstrap_diff_test
 from polo.arena.summary import EntrySummary
@@ -33,6 +37,11 @@ MIN_SEEDS = 2
 def threshold(test: ClaimTest) -> float:
     """``margin`` for superiority, ``−margin`` for non-inferiority: the test asks ``d > threshold``."""
     return test.margin if test.kind == "superiority" else -test.margin
+
+
+def direction_sign(test: ClaimTest) -> float:
+    """σ = +1 when higher is better, −1 when lower is better: ``d = σ · (treatment − baseline)``."""
+    return 1.0 if test.direction == "higher" else -1.0
 
 
 def verdict_of(diff: Interval, t: float) -> str:
@@ -60,6 +69,27 @@ class ClaimTestResult:
         """Mean of ``side`` (``treatment`` or ``baseline``) over the paired seeds."""
         return sum(side[s] for s in self.seeds) / len(self.seeds) if self.seeds else None
 
+    def differences(self) -> list[float]:
+        """``d_s`` per paired seed, signed so that ``d > 0`` means the treatment did better."""
+        sign = direction_sign(self.test)
+        return [sign * (self.treatment[s] - self.baseline[s]) for s in self.seeds]
+
+    @property
+    def mde(self) -> float | None:
+        """The smallest true mean of ``d`` the paired seeds could detect (polo.arena.power)."""
+        return mde(self.differences())
+
+    @property
+    def t_interval(self) -> tuple[float, float] | None:
+        """The paired t interval of the mean of ``d`` (polo.arena.power), beside the bootstrap's."""
+        return t_interval(self.differences())
+
+    @property
+    def seeds_to_decide(self) -> int | None:
+        """Seeds at which the observed distance of ``d`` from the threshold would be detected (polo.arena.power);
+        None when that distance is 0, more than MAX_SEEDS are needed, or fewer than 2 seeds pair up."""
+        return seeds_to_decide(self.differences(), threshold(self.test))
+
 
 def judge_test(test: ClaimTest, treatment: dict[int, float | None], baseline: dict[int, float | None],
                labels: tuple[str, str], confidence: float = CONFIDENCE) -> ClaimTestResult:
@@ -75,7 +105,7 @@ def judge_test(test: ClaimTest, treatment: dict[int, float | None], baseline: di
     if len(seeds) < MIN_SEEDS:
         notes.append(f"{len(seeds)} paired seed(s), at least {MIN_SEEDS} needed")
         return ClaimTestResult(test, treatment, baseline, seeds, None, INCONCLUSIVE, "; ".join(notes))
-    sign = 1.0 if test.direction == "higher" else -1.0
+    sign = direction_sign(test)
     diff = bootstrap_diff_test([sign * treatment[s] for s in seeds], [sign * baseline[s] for s in seeds],
                                paired=True, confidence=confidence).diff
     return ClaimTestResult(test, treatment, baseline, seeds, diff, verdict_of(diff, threshold(test)), "; ".join(notes))

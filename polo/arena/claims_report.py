@@ -15,6 +15,10 @@ CLAIMS_NOTE = (
     f"otherwise or with fewer than 2 paired seeds. A claim is held when every test is held, not held when any "
     f"is not held, inconclusive otherwise. With 2 or 3 seeds the interval runs from the smallest to the largest "
     f"per-seed difference, so a test holds only when the treatment is ahead by more than t on every seed. "
+    f"t [low, high]: the paired t interval of the mean of d (wider than the bootstrap's at few seeds). "
+    f"MDE: the smallest true mean of d a paired t-test at 5 % detects with 80 % power at the seeds run, "
+    f"(t_0.975,n−1 + t_0.8,n−1)·sd(d)/√n; seeds to decide: the smallest n at which that reaches the observed "
+    f"|mean d − t| at the observed spread (for inconclusive tests). "
     f"Metrics: docs/arena.md (time_to_target / steps_to_target: a run that never reaches the target counts as "
     f"the arena's longest run).")
 
@@ -30,6 +34,7 @@ def claims_json(results: list[ClaimResult]) -> list[dict]:
             "treatment_mean": r.mean(r.treatment), "baseline_mean": r.mean(r.baseline),
             "diff": None if r.diff is None else vars(r.diff), "verdict": r.verdict, "reason": r.reason,
             "treatment_by_seed": r.treatment, "baseline_by_seed": r.baseline,
+            "t_interval": r.t_interval, "mde": r.mde, "seeds_to_decide": r.seeds_to_decide,
         } for r in c.tests],
     } for c in results]
 
@@ -49,6 +54,19 @@ def interval_text(test: dict) -> str:
     return "–" if d is None else f"{fmt(d['mean'], 3, '+')} [{fmt(d['low'], 3, '+')}, {fmt(d['high'], 3, '+')}]"
 
 
+def power_text(test: dict) -> str:
+    """``t [-0.010, +0.090]; MDE 0.052; ~23 seeds to decide``: the paired t interval and the power of a test at
+    its seeds (``–`` without 2 paired seeds)."""
+    if test.get("mde") is None:
+        return "–"
+    low, high = test["t_interval"]
+    head = f"t [{fmt(low, 3, '+')}, {fmt(high, 3, '+')}]; MDE {fmt(test['mde'], 3)}"
+    if test["verdict"] != "inconclusive":
+        return f"{head}; decided"
+    n = test["seeds_to_decide"]
+    return f"{head}; " + ("no seed count decides it" if n is None else f"~{n} seeds to decide")
+
+
 def verdict_text(test: dict) -> str:
     return f"{test['verdict']} ({test['reason']})" if test["reason"] else test["verdict"]
 
@@ -62,9 +80,9 @@ def claim_intro(claim: dict) -> list[str]:
 def claim_table(claim: dict) -> Table:
     """One row per test: metric, rule, each side's mean over the paired seeds, d with its interval, verdict."""
     header = ["metric", "test", f"{claim['treatment']} (mean)", f"{claim['baseline']} (mean)",
-              f"d [{CONFIDENCE:.0%} CI]", "paired seeds", "verdict"]
+              f"d [{CONFIDENCE:.0%} CI]", "paired seeds", "power", "verdict"]
     rows = [[t["metric"], rule_text(t), fmt(t["treatment_mean"], 4), fmt(t["baseline_mean"], 4), interval_text(t),
-             ",".join(map(str, t["seeds"])) or "none", verdict_text(t)] for t in claim["tests"]]
+             ",".join(map(str, t["seeds"])) or "none", power_text(t), verdict_text(t)] for t in claim["tests"]]
     return Table(f"{claim['id']}: {claim['verdict']}", header, rows, f"Claim verdict: {claim['verdict']}.")
 
 
@@ -72,7 +90,7 @@ def gathered_table(claims: list[tuple[str, dict]]) -> Table:
     """``(arena name, claim record)`` pairs as one table, a row per claim, its tests in one cell."""
     rows = [[c["id"], c["statement"], c["paper"], arena, f"{c['treatment']} vs {c['baseline']}",
              "; ".join(f"{t['metric']} ({t['direction']}, {_bound(t)}): {interval_text(t)} "
-                       f"{verdict_text(t)}" for t in c["tests"]),
+                       f"{verdict_text(t)} ({power_text(t)})" for t in c["tests"]),
              c["verdict"]] for arena, c in claims]
     return Table("Claims", ["claim", "statement", "paper", "arena", "treatment vs baseline",
                             f"tests: d [{CONFIDENCE:.0%} CI], verdict", "verdict"], rows, CLAIMS_NOTE)

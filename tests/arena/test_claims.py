@@ -217,6 +217,12 @@ def test_summary_json_claims(report):
     assert time["treatment_by_seed"] == {"0": 4.0, "1": 2.0, "2": 2.0}
     assert time["baseline_by_seed"] == {"0": 4.0, "1": 4.0, "2": 2.0}
     assert (time["diff"]["low"], time["diff"]["high"], time["verdict"]) == (0.0, 2.0, INCONCLUSIVE)
+    # power of d = 0, 2, 0: sd = sqrt(4/3) = 1.1547; MDE = (t.975,2 + t.8,2) · sd / sqrt(3) = (4.30265 + 1.06066)
+    # · 0.66667 = 3.5755; its mean 2/3 is detected from n = 26 ((2.05954 + 0.85617) · 1.1547 / sqrt(26) = 0.6603,
+    # n = 25: 0.6745); the accuracy test's constant d has sd 0: MDE 0, decided at 2 seeds
+    assert time["mde"] == pytest.approx(3.5755, abs=1e-4) and accuracy["mde"] == pytest.approx(0.0, abs=F64)
+    assert time["seeds_to_decide"] == 26 and accuracy["seeds_to_decide"] == 2
+    assert time["t_interval"] == pytest.approx([2 / 3 - 2.86844, 2 / 3 + 2.86844], abs=1e-4)
     assert (length["threshold"], length["verdict"]) == (-0.5, HELD)
 
 
@@ -227,7 +233,9 @@ def test_markdown_claims_section(report):
     assert "GRPO ends with higher held-out accuracy than RLOO." in section
     assert "Paper: A paper (arXiv:0000.00000). Treatment: grpo; baseline: rloo." in section
     assert ("| final_accuracy | higher is better; superiority: d > 0 | 0.6000 | 0.5000 | +0.100 [+0.100, +0.100] "
-            "| 0,1,2 | held |") in section
+            "| 0,1,2 | t [+0.100, +0.100]; MDE 0.000; decided | held |") in section
+    # time_to_target, d = 0, 2, 0: mean 2/3 ± t.975,2 · 1.1547/sqrt(3) = 0.6667 ± 2.8684
+    assert "| 0,1,2 | t [-2.202, +3.535]; MDE 3.576; ~26 seeds to decide | inconclusive |" in section
     assert "| mean:response/length | lower is better; non-inferiority: d > -0.5 |" in section
     assert "held when low > t, not held when high ≤ t" in section
     assert "**Claim verdict: inconclusive.**" in section

@@ -1,6 +1,8 @@
 """Graph-GRPO: per-choice and graph-level advantages and the loss (misc spec §2(e)), their edge cases, the AgentGraph
 environment, the method's group checks, the recipes (smoke) and a killed run resumed bit for bit."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -171,3 +173,56 @@ def test_graph_grpo_learns_seed0(tmp_path):
     rows = ControlTrainer(recipe, tmp_path / "run", log=lambda m: None).run()
     assert rows[0]["eval/success_prob"] < 0.3
     assert rows[-1]["eval/success_prob"] >= 0.95 * rows[-1]["eval/best_success_prob"]
+
+
+# ---- mutation-testing kills
+
+def test_choice_advantages_rejects_bad_inputs_with_exact_messages():
+    with pytest.raises(ValueError, match=r"^expected choices x \[B, K, C\] and rewards \[B, K\], got \(2, 3\) and \(2, 3\)$"):
+        choice_advantages(torch.zeros(2, 3), torch.zeros(2, 3))          # shapes agree on [B, K]; x is not 3-D
+    with pytest.raises(ValueError, match=r"^choices x must be 0/1 indicators$"):
+        choice_advantages(torch.full((1, 2, 2), 2.0), torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"^rewards contain NaN or infinite values$"):
+        choice_advantages(torch.ones(1, 2, 2), torch.tensor([[0.0, float("nan")]]))
+
+
+def test_choice_advantages_agreeing_row_is_zero_per_row_and_eps_adds_to_std():
+    # row 0: choices 0, 1 both only in set 0 (r = 1) → S = [1, 1], choice 2 never sampled → all agree → A = 0, even
+    # with eps = 0 (0/0 must not leak out); row 1: choice 0 in set 0 (r = 0), choice 1 in set 1 (r = 2) → S = [0, 2],
+    # mean 1, population std 1 → A = ±1/(1 + eps); the per-row max / min must not see the other row or the unsampled
+    x = torch.tensor([[[1.0, 1, 0], [0, 0, 0]], [[1, 0, 0], [0, 1, 0]]])
+    r = torch.tensor([[1.0, 5.0], [0.0, 2.0]])
+    torch.testing.assert_close(choice_advantages(x, r, eps=0.0), torch.tensor([[0.0, 0, 0], [-1, 1, 0]]))
+    torch.testing.assert_close(choice_advantages(x, r, eps=0.5), torch.tensor([[0.0, 0, 0], [-1 / 1.5, 1 / 1.5, 0]]))
+
+
+def test_choice_advantages_counts_exactly_for_low_precision_choices():
+    # K = 257 sets (257 is not a bfloat16 number): choice 0 in every set, r = 1 except set 0 (r = 0) → S0 = 256/257;
+    # choice 1 only in set 0 → S1 = 0; choice 2 only in set 1 → S2 = 1; A = population z-score of S
+    k = 257
+    x = torch.zeros(1, k, 3, dtype=torch.bfloat16)
+    x[0, :, 0] = 1
+    x[0, 0, 1] = 1
+    x[0, 1, 2] = 1
+    r = torch.ones(1, k, dtype=torch.float64)
+    r[0, 0] = 0
+    s = torch.tensor([256 / 257, 0.0, 1.0], dtype=torch.float64)
+    expected = (s - s.mean()) / (s.var(unbiased=False).sqrt() + 1e-6)
+    torch.testing.assert_close(choice_advantages(x, r)[0], expected, rtol=1e-9, atol=1e-9)
+
+
+def test_graph_advantages_eps_adds_to_unbiased_std():
+    # rewards [0, 2]: mean 1, unbiased std √2 → A = ±1/(√2 + eps), eps = 0.5
+    adv = graph_advantages(torch.tensor([[0.0, 2.0]]), eps=0.5)
+    torch.testing.assert_close(adv, torch.tensor([[-1.0, 1.0]]) / (math.sqrt(2) + 0.5))
+
+
+def test_graph_grpo_loss_single_sampled_choice_and_dtype_follows_logits():
+    # one sampled choice (Σx = 1) with A = 2 at logit 0: pg = −2·log σ(0) / 1 = 2 ln 2; β = 0.
+    # x float64 is cast to the logits' float32, so the loss stays float32
+    logits = torch.zeros(1, 2)
+    x = torch.tensor([[[1.0, 0.0]]], dtype=torch.float64)
+    loss, metrics = graph_grpo_loss(logits, logits, x, torch.tensor([[[2.0, 0.0]]]), beta=0.0)
+    assert loss.dtype == torch.float32 and metrics["loss/policy"].dtype == torch.float32
+    torch.testing.assert_close(loss, torch.tensor(2 * math.log(2)))
+    torch.testing.assert_close(metrics["loss/policy"], torch.tensor(2 * math.log(2)))

@@ -1,6 +1,8 @@
 """MAPPO-PIS: the 1-D intent / safety-module / reward math (the spec's numbers), the Merge1D environment, the shared
 actor, the method ``mappo`` (both critics) and its recipes."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -363,3 +365,52 @@ def test_mappo_refuses_what_it_cannot_run():
     with pytest.raises(ConfigError, match="MultiDiscrete"):
         load_control_recipe("mappo_pis_merge", ["env.id=CartPole-v1", "env.kwargs={}", "policy={name: categorical}"]
                             ).method.setup(0, lambda m: None)
+
+
+# ---- mutation-testing kills
+
+def test_intent_paths_default_floor_is_zero_and_step_index_follows_speed_dtype():
+    # v = 0.5, a = −1, dt = 1: speeds 0.5 − k clamp to the default v_min = 0
+    _, speeds = intent_paths(torch.tensor(0.0), torch.tensor(0.5), torch.tensor(-1.0), 1.0, 2)
+    assert speeds.tolist() == [0.0, 0.0]
+    # v float64, accel float32: q = float32(0.1·0.1); the ramp k·q is formed in float64 (k = 3: 3q exactly, not the
+    # float32 rounding of 3q)
+    a = torch.tensor(0.1, dtype=torch.float32)
+    q = float(a * 0.1)
+    _, speeds = intent_paths(0.0, torch.tensor(0.0, dtype=torch.float64), a, 0.1, 3)
+    assert speeds.tolist() == [q, 2 * q, 3 * q]
+
+
+def test_safety_rooms_vehicle_level_with_ego_is_not_ahead():
+    # ego at 0.7 (python float; 0.7 as float32 is below 0.7), one other vehicle at 0.7 (float64) in the ego's lane,
+    # no lane change: it is not ahead → ignored → room = distance to the barrier 10 − 0.7
+    ego_paths = torch.tensor([[0.7]], dtype=torch.float64)
+    rooms = safety_rooms(ego_paths, 0.7, torch.tensor([False]), torch.tensor([0]), torch.tensor([10.0], dtype=torch.float64),
+                         torch.tensor([[0.7]], dtype=torch.float64), torch.tensor([0.7], dtype=torch.float64),
+                         torch.tensor([0]))
+    torch.testing.assert_close(rooms, torch.tensor([10.0 - 0.7], dtype=torch.float64))
+
+
+def test_shield_keeps_planned_action_at_exactly_the_threshold():
+    rooms = torch.tensor([5.0, 9.0])
+    assert shield_action(0, rooms, torch.tensor([True, True]), threshold=5.0) == 0
+
+
+def test_headway_terms_below_unit_speed_and_dtypes():
+    # v = 0.5 (moving), h = 0.3, T_h = 1.2 → log(0.3/0.6) = −ln 2: headway_cost = −ln 2, priority = −½ ln 2
+    torch.testing.assert_close(headway_cost(torch.tensor([0.3]), torch.tensor([0.5])), torch.tensor([-math.log(2)]))
+    # on_ramp float64 with float32 speeds: the score stays float32
+    score = merge_priority(torch.tensor([0.0], dtype=torch.float64), torch.tensor([50.0]), torch.tensor([0.3]),
+                           torch.tensor([0.5]), merge_length=100.0)
+    assert score.dtype == torch.float32
+    torch.testing.assert_close(score, torch.tensor([-0.5 * math.log(2)]))
+
+
+def test_agent_rewards_use_the_given_ranges_and_keep_speed_dtype():
+    # v = 10, speed_range (0, 20) → ½; h = 10, T_h = 2 → log(10/20) = −ln 2, weight 4; x far from the merge end
+    # (merge cost ≈ −exp(−10⁶/1000) = 0); not crashed. crashed / on_ramp float64 with float32 speeds → float32
+    r = agent_rewards(torch.tensor([0.0], dtype=torch.float64), torch.tensor([10.0]), torch.tensor([10.0]),
+                      torch.tensor([0.0], dtype=torch.float64), torch.tensor([0.0]), merge_end=1000.0,
+                      merge_length=100.0, headway_time=2.0, speed_range=(0.0, 20.0))
+    assert r.dtype == torch.float32
+    torch.testing.assert_close(r, torch.tensor([0.5 - 4 * math.log(2)]))

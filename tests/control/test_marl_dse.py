@@ -132,3 +132,18 @@ def test_marl_dse_reaches_the_optimum_seed0(tmp_path):
     rows = ControlTrainer(recipe, tmp_path / "run", log=lambda m: None).run()
     assert rows[0]["eval/latency_ratio"] > 1.1
     assert rows[-1]["eval/latency_ratio"] <= 1.01
+
+
+# ---- mutation-testing kills
+
+def test_bin_index_nan_message_edges_and_float64_boundaries():
+    with pytest.raises(ValueError, match=r"^bin_index: the action has NaN or infinite components$"):
+        bin_index(torch.tensor([float("nan")]), [2])
+    # n = 2, edges [−1, 0): a = 0 lies on the edge and belongs to the upper bin (digitize, right-closed edges)
+    assert bin_index(torch.tensor([0.0]), [2]).tolist() == [1]
+    # n = 3: the float64 edge −1 + 2/3 = −0.33333333333333337; a = −0.33333334 lies below it → bin 0 (a float32
+    # edge, −0.3333333432674408, would put it in bin 1)
+    assert bin_index(torch.tensor([-0.33333334], dtype=torch.float64), [3]).tolist() == [0]
+    # n = 49: float64 arange(−1, 1, 2/49) has 50 entries (the last 0.9999999999999999), so a = 1 would land one
+    # past the last bin without the upper clamp: it is bin 48
+    assert bin_index(torch.tensor([1.0]), [49]).tolist() == [48]

@@ -251,3 +251,59 @@ def test_ppo_can_drive_the_latent_policy_on_the_environment(tmp_path):
         "iterations": 1, "epochs": 1, "minibatches": 2, "eval_episodes": 2})
     out = ControlTrainer(recipe, tmp_path / "ppo", log=lambda m: None).run()
     assert {"eval/dice", "eval/njd", "policy/sigma"} <= set(out[-1])
+
+
+# ---- mutation-testing kills
+def test_ldvn_and_reward_defaults():
+    mu, sigma, z = (torch.tensor([x]) for x in (MU, SIGMA, Z))
+    assert ldvn_logp(z, mu, sigma.log()).item() == pytest.approx(-1.9285, abs=ATOL)  # tau 1, scale √N
+    # R = 1·(0.7 − 0.6) − 1·0.01 = 0.09
+    assert registration_reward(torch.tensor(0.7), torch.tensor(0.6), torch.tensor(0.01)).item() == pytest.approx(
+        0.0900, abs=ATOL)
+
+
+def test_kl_of_a_negative_mean_per_sample():
+    mean = torch.tensor([[-1.0, 2.0], [0.0, 0.0]])
+    log_std = torch.zeros(2, 2)
+    # ½Σ μ² (σ = 1): ½(1 + 4) = 2.5 for sample 0, 0 for sample 1
+    assert gaussian_kl(mean, log_std).tolist() == pytest.approx([2.5, 0.0], abs=ATOL)
+
+
+def test_hard_dice_threshold_is_strict_and_a_single_pixel_against_empty():
+    half, full, empty = torch.full((1, 2, 2), 0.5), torch.ones(1, 2, 2), torch.zeros(1, 2, 2)
+    assert hard_dice(half, full).item() == 0.0  # 0.5 is outside: 2·0 / (0 + 4)
+    assert hard_dice(full, half).item() == 0.0
+    one = empty.clone()
+    one[0, 0, 0] = 1
+    assert hard_dice(one, empty).item() == 0.0  # 2·0 / (1 + 0)
+
+
+def test_soft_dice_of_two_empty_maps_is_zero():
+    # 1 − (0 + ε) / (0 + 0 + ε) = 0
+    assert soft_dice_loss(torch.zeros(2, 1, 3, 3), torch.zeros(2, 1, 3, 3)).tolist() == [0.0, 0.0]
+
+
+def test_smoothness_of_ramps_along_y_and_x_per_sample():
+    ys, xs = torch.meshgrid(torch.arange(4.0), torch.arange(5.0), indexing="ij")
+    ramp = (3 * ys + 0.5 * xs).expand(1, 2, 4, 5)
+    field = torch.cat([ramp, 2 * ramp])  # [2, 2, 4, 5]
+    # steps 3 along y and 0.5 along x: 3² + 0.5² = 9.25; doubled field: 4·9.25 = 37
+    assert smoothness(field).tolist() == pytest.approx([9.25, 37.0], abs=ATOL)
+
+
+def test_jacobian_refuses_three_channels_and_a_zero_determinant_folds():
+    with pytest.raises(ValueError, match=r"\[B, 2, H, W\]"):
+        jacobian_det_2d(torch.zeros(1, 3, 4, 4))
+    field = torch.zeros(1, 2, 2, 2)
+    field[0, 0, :, 1] = -1.0  # ∂u_x/∂x = −1: J = (1 − 1)(1 + 0) − 0 = 0, the map collapses → folds
+    assert jacobian_det_2d(field).item() == 0.0
+    assert folding_fraction(field).item() == 1.0
+
+
+def test_warp_with_nearest_mode():
+    image = torch.tensor([[[[0.0, 1.0, 2.0, 3.0]]]]).expand(1, 1, 2, 4).contiguous()
+    field = torch.zeros(1, 2, 2, 4)
+    field[:, 0] = 0.4 * 2 / 3  # 0.4 pixel along x (W − 1 = 3 → ×2/3 in normalised units)
+    # nearest: x + 0.4 rounds back to x; bilinear would give x + 0.4 (border: 3)
+    assert torch.equal(warp(image, field, mode="nearest"), image)
+    assert torch.allclose(warp(image, field)[0, 0, 0], torch.tensor([0.4, 1.4, 2.4, 3.0]), atol=1e-5)

@@ -277,3 +277,35 @@ def test_bandit_learns_both_goals(tmp_path):
     last = ControlTrainer(recipe, tmp_path / "run", log=lambda *_: None).run()[-1]
     assert last["eval/return"] >= 0.8
     assert last["eval/goal_left"] >= 0.2 and last["eval/goal_right"] >= 0.2, json.dumps(last)
+
+
+# ---- mutation-testing kills
+
+def test_flow_errors_name_the_choices_and_the_missing_input():
+    with pytest.raises(ValueError, match=r"^interpolation 'ddpm': expected one of rectified_flow, trigflow, "
+                                         r"stochastic_interpolant$"):
+        solver_times(4, "ddpm")
+    with pytest.raises(ValueError, match=r"^steps=0: the ODE needs at least one step$"):
+        ratio_times(0)
+    with pytest.raises(ValueError, match=r"^the stochastic_interpolant path needs noise ε of x0's shape$"):
+        interpolate("stochastic_interpolant", torch.zeros(1, 2), torch.ones(1, 2), torch.tensor([0.5]))
+
+
+def test_one_step_grids():
+    # K = 1 is allowed: grid [0, t_end], ratio times [0, t_end/2, t_end]
+    torch.testing.assert_close(solver_times(1), torch.tensor([0.0, 1.0]))
+    torch.testing.assert_close(ratio_times(1, "trigflow"), torch.tensor([0.0, math.pi / 4, math.pi / 2]))
+
+
+def test_midpoint_integrate_passes_one_time_per_point_for_leading_batch_dims():
+    # x0 [2, 3, 1] (two leading batch dims), v(x, t) = t (per point): one midpoint step over [0, 1] evaluates v at
+    # t = 0.5 → x = x0 + 0.5; the field gets t of shape x.shape[:-1] = [2, 3]
+    seen = []
+
+    def velocity(x, t):
+        seen.append(tuple(t.shape))
+        return t[..., None].expand_as(x)
+
+    out = midpoint_integrate(velocity, torch.zeros(2, 3, 1), solver_times(1))
+    assert seen == [(2, 3), (2, 3)]
+    torch.testing.assert_close(out, torch.full((2, 3, 1), 0.5))

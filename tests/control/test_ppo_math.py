@@ -112,3 +112,11 @@ def test_kl_adaptive_learning_rate(kl, expected):
 def test_kl_adaptive_learning_rate_bounds():
     assert adapt_kl_lr(1.2e-6, 1.0, 0.01) == 1e-6
     assert adapt_kl_lr(9e-3, 0.0, 0.01) == 1e-2
+
+
+# ---- mutation-testing kills
+
+def test_categorical_entropy_is_over_the_last_dim_of_a_3d_tensor():
+    # logits [2, 3, 4] constant along the last dim (value j along dim 1) → each row is uniform over 4: H = ln 4
+    logits = torch.arange(3.0)[None, :, None].expand(2, 3, 4)
+    torch.testing.assert_close(categorical_entropy(logits), torch.full((2, 3), math.log(4)))

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from polo.control.math.qoed import (agnostic_objective, boed_objective, cem_minimize, central_jacobian, fd_steps,
-                                    fisher_information, gaussian_posterior_cov, identifiable_mask, information,
-                                    mppi_update, mppi_weights, perturbed_thetas, schur_objective, step_bonus)
+from polo.control.math.qoed import (active_parameters, agnostic_objective, boed_objective, cem_minimize,
+                                    central_jacobian, fd_steps, fisher_information, gaussian_posterior_cov,
+                                    identifiable_mask, information, mppi_update, mppi_weights, perturbed_thetas,
+                                    schur_objective, step_bonus, symmetrize)
 from polo.core.registry import ConfigError
 from polo.control.envs.unicycle_id import (THETA_MIN, THETA_PRIOR_MEAN, THETA_PRIOR_STD, UnicycleID,
                                            identifiable_parameters, mass_ratios, observation_difference,
@@ -343,3 +344,182 @@ def test_recipe_configuration_errors():
         load_control_recipe("qoed", ["objective=trace"])
     with pytest.raises(ConfigError, match="not a multiple of steps_per_iteration"):
         load_control_recipe("qoed", ["steps=7", "steps_per_iteration=2"])
+
+
+# ---- mutation-testing kills
+
+def test_central_jacobian_error_counts_the_leading_dim_and_follows_y_dtype():
+    steps = fd_steps(torch.tensor([0.3, -1.0, 2.0], dtype=D))  # float64 steps
+    with pytest.raises(ValueError, match=r"2p = 6 perturbed outputs, got 5$"):
+        central_jacobian(torch.zeros(5, 4, 2, dtype=D), steps)  # 5 outputs, batch 4
+    jac = central_jacobian(torch.zeros(6, 2, dtype=torch.float32), steps)
+    assert jac.dtype == torch.float32  # the steps follow y's dtype
+
+
+def test_symmetrize_a_non_symmetric_matrix():
+    a = torch.tensor([[1.0, 2.0], [4.0, 3.0]], dtype=D)
+    assert torch.equal(symmetrize(a), torch.tensor([[1.0, 3.0], [3.0, 3.0]], dtype=D))  # off-diagonal (2+4)/2
+
+
+def test_active_parameters_threshold_is_inclusive():
+    var = torch.tensor([0.0025, 0.0024, 1.0], dtype=D)
+    assert active_parameters(var, 0.0025).tolist() == [True, False, True]
+
+
+def test_identifiable_mask_floor_default_ratio_edges_and_dtype():
+    # λ_1 = 0.5 is above the default eig_floor 0.1: both parameters identifiable; a bool mask comes back
+    mask = identifiable_mask(torch.diag(torch.tensor([0.5, 0.2], dtype=D)))
+    assert mask.dtype == torch.bool and mask.tolist() == [True, True]
+    # λ_1 = 0.1 exactly at the floor: nothing identifiable (λ_1 ≤ eig_floor)
+    assert identifiable_mask(torch.diag(torch.tensor([0.1, 0.05], dtype=D))).tolist() == [False, False]
+    # λ_2 = 1 = eig_ratio·λ_1 = 0.01·100 exactly: still observable, so n_obs = 2
+    assert identifiable_mask(torch.diag(torch.tensor([100.0, 1.0], dtype=D))).tolist() == [True, True]
+    # a single identifiable parameter and an empty FIM
+    assert identifiable_mask(torch.tensor([[5.0]], dtype=D)).tolist() == [True]
+    assert identifiable_mask(torch.zeros(0, 0, dtype=D)).tolist() == []
+
+
+def test_identifiable_mask_rejects_cubes_and_non_square_with_exact_texts():
+    with pytest.raises(ValueError, match=r"one square FIM \[p, p\], got shape \(3, 3, 3\)"):
+        identifiable_mask(torch.eye(3, dtype=D).expand(3, 3, 3))
+    with pytest.raises(ValueError, match=r"got shape \(2, 3\)"):
+        identifiable_mask(torch.ones(2, 3, dtype=D))
+    with pytest.raises(ValueError, match=r"^identifiable_mask: the FIM has non-finite entries$"):
+        identifiable_mask(torch.tensor([[1.0, float("inf")], [0.0, 1.0]], dtype=D))
+
+
+def _three_parameter_fim() -> torch.Tensor:
+    """F = 10·c₁c₁ᵀ + 5·c₂c₂ᵀ with orthonormal c₁ = (√½, √½, 0), c₂ = (0.2, −0.2, √0.92): both directions are
+    observed (n_obs = 2); the rows of V_obs are r₀ = (√½, 0.2), r₁ = (√½, −0.2), r₂ = (0, √0.92), so the scores are
+    s = (0.54, 0.54, 0.92) and |w₀·w₂| = 0.2·√0.92/(√0.54·√0.92) = 0.2722, 1 − 0.2722 = 0.728."""
+    c1 = torch.tensor([0.5 ** 0.5, 0.5 ** 0.5, 0.0], dtype=D)
+    c2 = torch.tensor([0.2, -0.2, 0.92 ** 0.5], dtype=D)
+    return 10 * torch.outer(c1, c1) + 5 * torch.outer(c2, c2)
+
+
+def test_identifiable_mask_distance_uses_unit_directions():
+    f = _three_parameter_fim()
+    assert identifiable_mask(f).tolist() == [True, False, True]  # 0.728 ≥ 0.05: parameter 0 joins after 2
+    # dist_threshold 0.78 > 0.728: picking parameter 2 removes 0 and 1 (unnormalised rows would give 1 − 0.192 = 0.81)
+    assert identifiable_mask(f, dist_threshold=0.78).tolist() == [False, False, True]
+
+
+def test_identifiable_mask_contribution_ratio_keeps_low_scores_out():
+    f = _three_parameter_fim()
+    # contrib_ratio 0.7: the cut 0.7·0.92 = 0.644 leaves parameters 0 and 1 (0.54) out of the pool for good
+    assert identifiable_mask(f, contrib_ratio=0.7).tolist() == [False, False, True]
+    f2 = fim(twin(J))  # scores (0.5, 0.5, 1.0, 0.0)
+    # contrib_ratio 1: only the top score (s ≥ 1·max s, inclusive) is a candidate
+    assert identifiable_mask(f2, contrib_ratio=1.0).tolist() == [False, False, True, False]
+    # two exact twins: scores (0.5, 0.5), max 0.5; the cut is 0.5·0.5 = 0.25, so one twin is selected
+    assert identifiable_mask(torch.full((2, 2), 10.0, dtype=D), contrib_ratio=0.5).tolist() == [True, False]
+
+
+def test_identifiable_mask_stops_at_n_obs_and_keeps_orthogonal_at_threshold_one():
+    # dist_threshold 0 removes nobody, yet |S| stops at n_obs = 2 (three candidates with s > 0)
+    assert int(identifiable_mask(fim(twin(J)), dist_threshold=0.0).sum()) == 2
+    # orthogonal directions: 1 − |w₀·w₁| = 1 exactly, which passes dist_threshold 1 (≥)
+    assert identifiable_mask(torch.diag(torch.tensor([3.0, 2.0], dtype=D)), dist_threshold=1.0).tolist() == [True, True]
+
+
+def test_objectives_keep_the_fim_dtype_and_batch_shape():
+    f32 = fim(J).float()
+    mask = torch.tensor([1.0, 1.0, 0.0], dtype=D)  # a float64 0/1 mask
+    assert agnostic_objective(f32, mask).dtype == torch.float32
+    batch = torch.stack([fim(J), 2 * fim(J), fim(J)])
+    empty = torch.zeros(3, dtype=torch.bool)
+    assert schur_objective(batch, empty).shape == (3,)
+    assert information(batch, empty, "none").shape == (3,)
+
+
+def test_schur_ridge_is_exact_in_float64_and_information_passes_ridge():
+    f = fim(J)
+    mask = torch.tensor([True, True, False])
+    for ridge in (1e-3, 0.1):
+        # one nuisance: tr F_SS − (F_02² + F_12²)/(F_22 + ridge)
+        expect = f[0, 0] + f[1, 1] - (f[0, 2] ** 2 + f[1, 2] ** 2) / (f[2, 2] + ridge)
+        assert float(schur_objective(f, mask, ridge)) == pytest.approx(float(expect), rel=1e-13)
+    # ridge 0.5: 1116 − 2·0.04/0.5004 = 1115.8401, not the default ridge's 1058.8571
+    assert float(information(f, mask, "qoed", ridge=0.5)) == pytest.approx(1116 - 0.08 / 0.5004, abs=1e-4)
+
+
+def test_information_error_lists_the_objectives():
+    with pytest.raises(ConfigError, match=r"objective must be one of boed, qoed, agnostic, none, got 'trace'"):
+        information(fim(J), torch.ones(3, dtype=torch.bool), "trace")
+
+
+def test_step_bonus_batched_values_and_inclusive_gate():
+    batch = torch.tensor([[0.5, 0.2, 0.05], [0.05, 0.01, 0.0]], dtype=D)
+    out = step_bonus(batch, torch.zeros(2, dtype=D), "qoed")
+    # row 0: 0.5·0.001/(0.001 + 0.25) = 0.001992; row 1: Σg = 0.06 ≤ 0.1, gated to 0
+    assert out.tolist() == pytest.approx([0.5 * 0.001 / 0.251, 0.0], abs=1e-9)
+    g = torch.tensor([0.5, 0.25], dtype=D)  # Σg = 0.75 exactly
+    assert float(step_bonus(g, torch.tensor(0.0, dtype=D), "agnostic", threshold=0.75)) == 0.0  # not > 0.75
+    assert float(step_bonus(g, torch.tensor(0.0, dtype=D), "agnostic", threshold=0.7)) == 0.5
+
+
+def test_mppi_error_text_large_costs_and_lower_clamp():
+    with pytest.raises(ValueError, match=r"^mppi_weights: every candidate's cost is non-finite$"):
+        mppi_weights(torch.tensor([float("inf"), float("nan")]), 1.0)
+    # float32 costs 1e7 and 1e7 + 1 differ by 1 after subtracting the minimum: weights softmax(0, −1)
+    w = mppi_weights(torch.tensor([1e7, 1e7 + 1], dtype=torch.float32), 1.0)
+    assert w.tolist() == pytest.approx([1 / (1 + math.exp(-1)), math.exp(-1) / (1 + math.exp(-1))], abs=1e-6)
+    controls = torch.tensor([[[-2.0]], [[0.5]]], dtype=D)
+    low, high = torch.tensor([-1.0], dtype=D), torch.tensor([1.0], dtype=D)
+    assert float(mppi_update(controls, torch.tensor([0.0, 100.0], dtype=D), 1e-3, low, high)) == -1.0  # clamped up
+
+
+def test_cem_elites_bounds():
+    cost = lambda t: t.sum(1)  # noqa: E731
+    gen = torch.Generator().manual_seed(0)
+    zero, one = torch.zeros(2, dtype=D), torch.ones(2, dtype=D)
+    for elites in (1, 4):  # both ends of [1, samples] are allowed
+        out = cem_minimize(cost, zero, one, gen, samples=4, elites=elites, iterations=1, low=-1.0, high=1.0)
+        assert out.shape == (2,)
+    with pytest.raises(ConfigError, match=r"cem elites must be in \[1, samples=4\], got 0"):
+        cem_minimize(cost, zero, one, gen, samples=4, elites=0, iterations=1, low=-1.0, high=1.0)
+
+
+def test_cem_with_all_elites_matches_the_refit_by_hand():
+    """elites = samples: each iteration's mean and population std (+1e-9) of all clamped draws."""
+    mean, std = torch.tensor([0.2, -0.3], dtype=D), torch.tensor([2.0, 0.5], dtype=D)
+    with torch.random.fork_rng():
+        torch.manual_seed(123)  # the global generator must not be used
+        out = cem_minimize(lambda t: t.sum(1), mean, std, torch.Generator().manual_seed(0), samples=6, elites=6,
+                           iterations=2, low=-1.0, high=1.0)  # no frozen argument: nothing frozen
+    gen = torch.Generator().manual_seed(0)
+    mu, s = mean, std
+    for it in range(2):
+        theta = torch.clamp(mu + torch.randn(6, 2, generator=gen, dtype=D) * s, -1.0, 1.0)
+        assert it or bool((theta == 1.0).any() and (theta == -1.0).any())  # both bounds bite at first
+        mu, s = theta.mean(0), theta.std(0, unbiased=False) + 1e-9
+    assert out.dtype == D and torch.allclose(out, mu, rtol=0, atol=1e-13)
+
+
+def test_cem_ranks_nan_costs_last():
+    def cost(t):
+        return torch.where(t[:, 0] > 0, torch.full_like(t[:, 0], float("nan")), 1.0 + t.square().sum(1))
+
+    out = cem_minimize(cost, torch.zeros(2, dtype=D), torch.ones(2, dtype=D), torch.Generator().manual_seed(0),
+                       samples=16, elites=1, iterations=1, low=-5.0, high=5.0)
+    assert float(out[0]) <= 0.0  # the NaN rows (θ₀ > 0) are never the elite
+
+
+def test_posterior_covariance_clamps_fisher_keeps_cross_terms_and_jitter():
+    cov = torch.diag(torch.tensor([4.0, 0.25], dtype=D))
+    post = gaussian_posterior_cov(cov, torch.tensor([0.5, -3.0], dtype=D), torch.tensor([True, True]))
+    # 1/(1/4 + 0.5) = 4/3; a negative Fisher entry counts as 0: 1/(4 + 0) = 0.25
+    assert torch.diagonal(post).tolist() == pytest.approx([4 / 3, 0.25], abs=1e-8)
+    coupled = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=D)
+    post = gaussian_posterior_cov(coupled, torch.tensor([1.0, 0.0], dtype=D), torch.tensor([True, False]))
+    assert torch.equal(post[0, 1], coupled[0, 1]) and torch.equal(post[1, 0], coupled[1, 0])  # inactive row/col kept
+    # a flat prior (variance 1e9) and no information: (1e-9 + 1e-9 jitter)⁻¹ = 5e8
+    flat = gaussian_posterior_cov(torch.tensor([[1e9]], dtype=D), torch.zeros(1, dtype=D), torch.tensor([True]))
+    assert float(flat) == pytest.approx(5e8, rel=1e-12)
+
+
+def test_identifiable_mask_breaks_exact_score_ties_by_index():
+    """12 exact twin pairs, block k = (1 + k)·[[1, 1], [1, 1]] (p = 24 > 16, where an unstable sort reorders ties):
+    every parameter scores exactly ½ and each pair keeps its first twin."""
+    f = torch.block_diag(*[(1.0 + k) * torch.ones(2, 2, dtype=D) for k in range(12)])
+    assert identifiable_mask(f).tolist() == [True, False] * 12

@@ -145,3 +145,79 @@ def test_chain_edge_cases():
         metropolis_hastings(flat, torch.tensor([[7]]), low, high, 1.0, 0.05, 3)
     with pytest.raises(ValueError, match="must be"):
         check_allocation(torch.tensor([1, 2]), (low, high), "test")
+
+
+# ---- mutation-testing kills
+def test_trajectory_errors_and_avoid_ball_fields():
+    with pytest.raises(ValueError, match=r"^STL robustness: the trajectory holds NaN or infinite values$"):
+        A.robustness(torch.tensor([[[0.0, float("inf")]]]))
+    assert avoid((1, 1.5), 0.4).inside is False and reach((2, 1), 0.5).inside is True
+
+
+def test_window_reduce_single_step_window():
+    s = torch.tensor([[1.0, 3.0, 2.0]])
+    # [a, b] = [1, 1]: out[t] = s[t+1], cut at the horizon → the identity −∞ at t = 2
+    torch.testing.assert_close(window_reduce(s, 1, 1, largest=True), torch.tensor([[3.0, 2.0, -math.inf]]))
+    torch.testing.assert_close(window_reduce(s, 0, 0, largest=False), s)
+    # [2, 5] cut at L−1 = 2 is the single step t' = 2 for t = 0
+    torch.testing.assert_close(window_reduce(s, 2, 5, largest=True), torch.tensor([[2.0, -math.inf, -math.inf]]))
+
+
+def test_grounding_at_the_horizon_and_its_error_texts():
+    g = ground(Eventually(A, 4, 6), 4)  # a window that starts exactly at H is kept, cut to [4, 4]
+    assert (g.low, g.high) == ((4,), (4,))
+    # ρ at t = 4: A = ball((2, 1), 0.5), x_4 = (3, 3): 0.5 − √5 = −1.7361
+    assert g.robustness(X, torch.tensor([[4]])).item() == pytest.approx(0.5 - math.sqrt(5), abs=1e-4)
+    with pytest.raises(ValueError, match=r"^grounded robustness: allocations τ must lie in"):
+        g.robustness(X, torch.tensor([[3]]))
+    with pytest.raises(ValueError, match=r"^cannot ground .*\(nesting F over G at most\) and F-free invariants$"):
+        ground(Eventually(Eventually(A, 0, 1), 0, 2), 4)  # F over F
+
+
+def test_grounding_bounds_are_long_even_for_float_windows():
+    low, high = ground(Eventually(A, 1.0, 3.0), 4).bounds()  # a window read from a config as floats
+    assert low.dtype == high.dtype == torch.long and low.tolist() == [1] and high.tolist() == [3]
+
+
+def test_uniform_allocation_is_the_generators_float64_draw_and_flat():
+    low, high = torch.tensor([3, 25]), torch.tensor([5, 50])
+    tau = uniform_allocation(low, high, 200, torch.Generator().manual_seed(7))
+    u = torch.rand(200, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    assert torch.equal(tau, low + (u * (high - low + 1)).floor().long())
+    # 26 values in [25, 50], 26000 draws: ≈ 1000 each (std ≈ 31), the top one included
+    counts = torch.bincount(uniform_allocation(low, high, 26000, torch.Generator().manual_seed(0))[:, 1] - 25)
+    assert counts.numel() == 26 and counts.min() > 850 and counts.max() < 1150
+
+
+def test_proposal_is_tau_plus_sigma_times_the_generators_float64_normal():
+    low, high = torch.tensor([0, 25]), torch.tensor([20, 50])
+    tau = torch.tensor([[10, 30], [5, 40], [15, 45], [0, 25]]).repeat(4, 1)  # 32 entries: torch's batched normal path
+    out = propose(tau, 2.5, low, high, torch.Generator().manual_seed(3))
+    eps = torch.randn(16, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    assert torch.equal(out, (tau + 2.5 * eps).round().long().clamp(low, high))
+
+
+def test_chain_is_reproducible_step_by_step_with_its_generator():
+    low, high = torch.tensor([0]), torch.tensor([40])
+    score = lambda tau: -0.1 * tau[:, 0].double()  # noqa: E731  downhill moves accepted with α = exp(−0.1·Δ/T)
+    start = torch.full((64, 1), 20)
+    out = metropolis_hastings(score, start, low, high, 3.0, 1.0, 1, torch.Generator().manual_seed(5))
+    ref = torch.Generator().manual_seed(5)
+    cand = propose(start, 3.0, low, high, ref)
+    alpha = mh_acceptance(score(cand), score(start), 1.0)
+    take = torch.rand(64, generator=ref, dtype=torch.float64) < alpha
+    assert torch.equal(out.final, torch.where(take[:, None], cand, start))
+    assert out.acceptance == take.float().mean().item()
+
+
+def test_chain_best_keeps_the_first_of_equal_scores_and_acceptance_of_one_step():
+    low, high = torch.tensor([0]), torch.tensor([40])
+    flat = lambda tau: torch.zeros(tau.shape[0])  # noqa: E731  every proposal accepted, never strictly better
+    out = metropolis_hastings(flat, torch.tensor([[20]]), low, high, 5.0, 1.0, 1, torch.Generator().manual_seed(0))
+    assert out.acceptance == 1.0  # 1 accepted of 1 step × 1 chain
+    out = metropolis_hastings(flat, torch.tensor([[20]]), low, high, 5.0, 1.0, 20, torch.Generator().manual_seed(0))
+    assert out.best.tolist() == [[20]] and out.final.tolist() != [[20]]
+    with pytest.raises(ValueError, match=r"^metropolis_hastings: allocations τ must lie in"):
+        metropolis_hastings(flat, torch.tensor([[41]]), low, high, 1.0, 1.0, 1)
+    with pytest.raises(ValueError, match=r"^metropolis_hastings: steps must be >= 0, got -1$"):
+        metropolis_hastings(flat, torch.tensor([[2]]), low, high, 1.0, 1.0, -1)

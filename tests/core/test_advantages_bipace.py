@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from polo.core.advantages.bipace import BiPACE, bigpo_clusters, pace_advantage
+from polo.core.advantages.bipace import BiPACE, bigpo_clusters, centred_units, pace_advantage, unit_hidden
 from polo.core.advantages.gigpo import GiGPO
 from polo.core.registry import ADVANTAGES, ConfigError
 
@@ -350,3 +350,154 @@ def test_bigpo_clusters_match_a_plain_reference(seed, merge):
         got = bigpo_clusters(u[perm], group[perm], traj[perm], step[perm], anchor[perm], tau, merge)
         expected = torch.tensor(reference_clusters(u, group, traj, step, anchor, tau, merge))[perm]
         assert got.tolist() == expected.tolist()
+
+
+# ---- mutation-testing kills
+
+E_LAST = [0.0, 0.0, 1.0]  # centred_units' direction of a row at its group's centre (2-d hidden states)
+
+
+def clusters(rows, tau_d, **kw):
+    """bigpo_clusters of one group of one-step trajectories in row order, every row its own atom by default."""
+    u = torch.as_tensor(rows, dtype=torch.float64)
+    n = len(u)
+    z = torch.zeros(n, dtype=torch.long)
+    anchor = kw.pop("anchor", None)
+    return bigpo_clusters(u, z, torch.arange(n), z, None if anchor is None else torch.tensor(anchor), tau_d,
+                          kw.pop("merge", False)).tolist()
+
+
+def test_bigpo_clusters_merge_exact_anchors_by_default_and_need_them():
+    u = unit([[1, 0], [1, 0.05], [0, 1]])  # as test_exact_atoms_merge_before_clustering
+    z = torch.zeros(3, dtype=torch.long)
+    assert bigpo_clusters(u, z, z, torch.arange(3), torch.tensor([5, 6, 5]), 0.1).tolist() == [0, 1, 0]
+    with pytest.raises(ValueError, match="^bigpo_clusters: merge_exact needs the anchor ids$"):
+        bigpo_clusters(u, z, z, torch.arange(3), None, 0.1)
+
+
+def test_bigpo_clusters_of_no_rows_and_of_float32_units():
+    none = torch.zeros(0, dtype=torch.long)
+    ids = bigpo_clusters(torch.zeros(0, 2, dtype=torch.float64), none, none, none, none, 0.1)
+    assert ids.dtype == torch.long and ids.shape == (0,)
+    z = torch.zeros(5, dtype=torch.long)
+    assert bigpo_clusters(unit(H_CLUSTER).float(), z, z, torch.arange(5), None, 0.1, False).tolist() == \
+        [0, 0, 1, 1, 2]
+
+
+def test_bigpo_cosines_are_exact_in_float64_at_the_threshold():
+    # u0·u1 = 0.7 (float32 would round it down to 0.69999998): distance 0.3 joins at tau 0.3 + 1e-12 only
+    u0, u1 = [1.0, 0.0], [0.7, 0.51 ** 0.5]
+    assert clusters([u0, u1], 0.3 + 1e-12) == [0, 0] and clusters([u0, u1], 0.3 - 1e-12) == [0, 1]
+    # S = u0 + u1 has ‖S‖² = 2 + 2·0.7 = 3.4 (float32 rounds it up by 9.5e-8); u2 at cosine 0.6 to S (distance
+    # 0.4): joins at tau 0.4 + 1e-12, and u1 joins u0 (0.3 ≤ tau)
+    s = torch.tensor([1.7, 0.51 ** 0.5], dtype=torch.float64)
+    s = s / s.norm()
+    u2 = 0.6 * s + 0.8 * torch.stack([-s[1], s[0]])
+    assert clusters([u0, u1, u2.tolist()], 0.4 + 1e-12) == [0, 0, 0]
+    assert clusters([u0, u1, u2.tolist()], 0.4 - 1e-12) == [0, 0, 1]
+
+
+def test_nearly_cancelling_vectors_keep_their_true_direction():
+    # an atom of u1 = (1, 0) and u2 = (−0.9, 0.4359) (anchor 1) sums to (0.1, 0.4359), norm 0.4472: its direction
+    # is row 0's exactly, cosine 1 (not 0.4472 as if its norm were at least 1)
+    u1, u2 = torch.tensor([1.0, 0.0], dtype=torch.float64), torch.tensor([-0.9, 0.19 ** 0.5], dtype=torch.float64)
+    r0 = F.normalize(u1 + u2, dim=0)
+    assert clusters([r0.tolist(), u1.tolist(), u2.tolist()], 0.1, anchor=[0, 1, 1], merge=True) == [0, 0, 0]
+    # a cluster of u1 and u2 (distance 1.9 ≤ 1.95) whose sum has norm 0.4472: −(its direction) is at cosine −1
+    # (distance 2 > 1.95), so it opens a cluster (it would join at cosine −0.4472)
+    assert clusters([u1.tolist(), u2.tolist(), (-r0).tolist()], 1.95) == [0, 0, 1]
+
+
+def test_identical_atoms_join_at_tau_zero():
+    assert clusters([[1.0, 0.0], [1.0, 0.0]], 0.0) == [0, 0]  # 1 − cos = 0 ≤ 0
+
+
+def test_only_opened_clusters_are_candidates_and_a_join_opens_none():
+    # tau 1: (−0.5, ±0.866) are at cosine −0.5 from (1, 0) and from each other (distance 1.5 > 1): three clusters
+    # (an unopened slot, at cosine 0, must not take them)
+    r3 = 0.75 ** 0.5
+    assert clusters([[1.0, 0.0], [-0.5, r3], [-0.5, -r3]], 1.0) == [0, 1, 2]
+    # tau 1.6: the copy of (1, 0) joins cluster 0; (−0.5, 0.866) is at distance 1.5 ≤ 1.6 from it and joins too
+    assert clusters([[1.0, 0.0], [1.0, 0.0], [-0.5, r3]], 1.6) == [0, 0, 0]
+
+
+def test_missing_or_bad_hidden_error_texts():
+    where = (r"^advantage bipace needs the input 'context_hidden': the policy's hidden state at each row's last "
+             r"context token, \[10, d\]; ")
+    batch = bipace_batch(torch.eye(10))
+    del batch.extras["context_hidden"]
+    with pytest.raises(ValueError, match=where + "the batch has none"):
+        BiPACE()(batch)
+    with pytest.raises(ValueError, match=where + r"got shape \(9, 4\) and dtype torch.float64$"):
+        BiPACE()(bipace_batch(torch.zeros(9, 4)))
+
+
+def test_uncentred_units_normalize_each_row():
+    batch = bipace_batch([[3.0, 4.0]] * 5 + [[0.0, 2.0]] * 5)
+    close(unit_hidden(batch, "x", False), [[0.6, 0.8]] * 5 + [[0.0, 1.0]] * 5, atol=1e-12)
+
+
+def test_centred_units_by_hand():
+    # group 0 holds one state twice (at its centre: e_last), group 1 departs by ±(0.5, −0.5): ±(0.7071, −0.7071, 0);
+    # a lone row (group 2) is its group's mean; a group of zero vectors is at its centre (0 ≤ 1e-5·0)
+    h = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0], [3.0, 4.0], [0.0, 0.0], [0.0, 0.0]],
+                     dtype=torch.float64)
+    s = 0.5 ** 0.5
+    close(centred_units(h, torch.tensor([0, 0, 1, 1, 2, 3, 3])),
+          [E_LAST, E_LAST, [s, -s, 0.0], [-s, s, 0.0], E_LAST, E_LAST, E_LAST], atol=1e-12)
+    # ‖h − mean‖ = 1e-4 is within 1e-5·‖h‖ = 0.01 of a state of norm 1000: at the centre; rows of norm 1e-3
+    # departing by 7.1e-4 are not (each row against its own norm, not the batch's)
+    h = torch.tensor([[1000.0, 0.0], [1000.0, 2e-4], [1e-3, 0.0], [0.0, 1e-3]], dtype=torch.float64)
+    close(centred_units(h, torch.tensor([0, 0, 1, 1])), [E_LAST, E_LAST, [s, -s, 0.0], [-s, s, 0.0]], atol=1e-12)
+    assert centred_units(torch.zeros(0, 2, dtype=torch.float64), torch.zeros(0, dtype=torch.long)).shape == (0, 3)
+
+
+def test_pace_r_with_one_peer_and_no_rows():
+    # one cluster, G = [1, 0, 4], actions [0, 0, 1]: rows 0 and 1 have the one peer row 2, row 2 has both:
+    # 1 − 4 = −3, 0 − 4 = −4, 4 − (1 + 0)/2 = 3.5
+    G, z = torch.tensor([1.0, 0.0, 4.0], dtype=torch.float64), torch.zeros(3, dtype=torch.long)
+    close(pace_advantage(G, z, torch.tensor([0, 0, 1]), "R", "mean", 1e-6), [-3.0, -4.0, 3.5], atol=1e-12)
+    none = torch.zeros(0, dtype=torch.long)
+    for variant in ("Q", "R"):
+        assert pace_advantage(torch.zeros(0, dtype=torch.float64), none, none, variant, "mean", 1e-6).shape == (0,)
+
+
+def test_episode_term_alone_leaves_masked_tokens_at_zero():
+    mask = [[1, 1, 1]] * 8 + [[1, 0, 0], [0, 0, 0]]
+    adv = BiPACE(step_advantage_w=0)(bipace_batch(torch.eye(10), mask=mask)).advantages
+    assert (adv[torch.tensor(mask) == 0] == 0).all()
+    close(adv[:, 0], torch.tensor(gig.A_EP["mean_norm", "steps"]) * torch.tensor([1.0] * 9 + [0.0]))
+
+
+def test_float32_rewards_give_float32_advantages_with_float64_step_rewards():
+    batch = bipace_batch(F.one_hot(torch.tensor(gig.ANCHOR), 5).float())
+    batch.rewards = batch.rewards.float()
+    batch.reward_weights = batch.reward_weights.float()
+    out = BiPACE()(batch).advantages
+    assert out.dtype == torch.float32
+    close(out[:, 0], gig.FINAL["mean_norm", "steps"])
+
+
+def test_diagnostics_of_singleton_clusters_in_two_tasks_and_of_no_rows():
+    # two tasks of two one-step rows, returns [1, 0] each: centred, a task's two states point opposite ways,
+    # so 4 singleton clusters, 2 a task; every return is its cluster's mean (spread 0) against the task's
+    # spread mean((±0.5)²) = 0.25: ratio 0
+    batch = bipace_batch([[1.0, 0.0], [0.0, 1.0]] * 2, episode=[1.0, 0.0] * 2, traj=[0, 1, 2, 3], step=[0] * 4,
+                         anchor=[0, 1, 2, 3], step_reward=[1.0, 0.0] * 2, group=[0, 0, 1, 1])
+    d = BiPACE()(batch).diagnostics
+    assert d["bipace/clusters"] == 4.0 and d["bipace/clusters_per_task"] == 2.0
+    assert d["bipace/return_var_ratio"] == 0.0 and d["bipace/singleton_frac"] == 1.0
+    # one row: the task's spread is 0, so the ratio is 1
+    one = bipace_batch([[1.0, 2.0]], episode=[0.4], traj=[3], step=[0], anchor=[8], step_reward=[0.4])
+    assert BiPACE()(one).diagnostics["bipace/return_var_ratio"] == 1.0
+    # no rows at all: every diagnostic 0, the ratio 1
+    empty = bipace_batch(torch.zeros(0, 3), episode=[], traj=[], step=[], anchor=[], step_reward=[])
+    none = torch.zeros(0, dtype=torch.long)
+    empty.group = none
+    empty.extras.update(traj=none, step=none, anchor=none, action_key=none)
+    out = BiPACE()(empty)
+    assert out.advantages.shape == (0, 3)
+    assert out.diagnostics == {"bipace/clusters": 0.0, "bipace/clusters_per_task": 0.0,
+                               "bipace/return_var_ratio": 1.0, "bipace/cluster_size_mean": 0.0,
+                               "bipace/singleton_frac": 0.0, "bipace/exact_singleton_frac": 0.0,
+                               "bipace/step_adv_abs_mean": 0.0}

@@ -134,3 +134,27 @@ def test_bad_inputs_are_named():
     batch.extras["judge_score"] = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=r"shape \[B\] = \[2\], got \[2, 3\]"):
         DaGRPO()(batch)
+
+
+# ---- mutation-testing kills
+def test_a_gap_exactly_at_delta_minus_the_tie_tolerance_is_kept():
+    d = 0.1 - 1e-6  # the threshold δ − 1e-6 itself: |s_1 − s_0| = d exactly (0 subtracted)
+    # kept: A = ±d / (1 · (σ + ε)), σ = d/√2 (unbiased, G = 2), ε = 1e-6; masked it would be 0
+    expected = d / (d / 2**0.5 + 1e-6)
+    close(adv(DaGRPO(), [0.0, d]), [-expected, expected], atol=1e-9)
+
+
+def test_eps_is_added_to_a_std_smaller_than_itself():
+    # δ = 0 keeps the pair; gap 1e-7, σ = 1e-7/√2: A = ±1e-7/(1e-7/√2 + 1e-6) = ±1/(1/√2 + 10)
+    expected = 1 / (1 / 2**0.5 + 10)
+    close(adv(DaGRPO(delta=0.0), [1e-7, 0.0]), [expected, -expected], atol=1e-9)
+
+
+def test_float64_scores_give_the_masks_dtype_and_no_pair_reports_zero_masked():
+    batch = score_batch([0.9, 0.3])
+    batch.rewards = batch.rewards.float()  # mask float32, judge_score float64
+    got = DaGRPO()(batch).advantages
+    assert got.dtype == torch.float32
+    close(got[:, 0], [2**0.5 * 0.6 / (0.6 + 2**0.5 * 1e-6), -(2**0.5) * 0.6 / (0.6 + 2**0.5 * 1e-6)])
+    out = DaGRPO()(score_batch([float("nan"), float("nan")]))  # nothing scored: no pair compared
+    assert out.diagnostics["dagrpo/masked_pair_frac"] == 0.0

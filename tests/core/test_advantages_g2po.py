@@ -166,3 +166,54 @@ def test_needs_and_config():
     for bad in ({"gamma": 1.5}, {"edge_stats": "edges"}, {"w_ep": -1}, {"eps": 0}, {"mode": "mean_norm"}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "g2po", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_float32_step_rewards_are_read_in_the_episode_rewards_float64():
+    batch = g2po_batch()
+    batch.extras["step_reward"] = batch.extras["step_reward"].float()  # 0 and 1: exact in float32
+    expected = row_adv(G2PO(), g2po_batch())
+    torch.testing.assert_close(row_adv(G2PO(), batch), expected, atol=1e-12, rtol=0)
+
+
+def test_eps_is_added_to_the_std_of_the_td_errors():
+    # over the 7 distinct edges mean 0.0226, std_u 0.2968: A = (δ − 0.0226)/(0.2968 + 0.5)
+    delta = torch.tensor(DELTA, dtype=torch.float64)
+    close(row_adv(G2PO(eps=0.5), g2po_batch()), (delta - 0.0226) / (0.2968 + 0.5), atol=2e-4)
+
+
+def test_an_unvisited_next_state_merges_with_the_terminal_edge_of_its_anchor():
+    # τ2's last step s2 → s9 (never acted in) is the edge s2 → ⊥ that τ1 also takes: still 7 distinct edges
+    nxt = list(NEXT)
+    nxt[6] = 9
+    out = G2PO()(g2po_batch(next_anchor=nxt))
+    assert out.diagnostics["g2po/edges"] == 7
+    close(out.advantages[:, 0], A_UNIQUE)
+
+
+def test_a_group_with_one_distinct_edge_gets_zero():
+    # s0 → s0 → s0 (a self-loop twice), rewards 0, 1: V(s0) = (0.95 + 1)/2 = 0.975, r_edge = 0.5,
+    # δ = 0.5 + 0.95·0.975 − 0.975 = 0.45125 on the one edge: centred on itself (a lone member), A = 0
+    batch = g2po_batch(next_anchor=[0, 0], episode=[1.0] * 2, traj=[0, 0], step=[0, 1], anchor=[0, 0],
+                       step_reward=[0, 1])
+    out = G2PO()(batch)
+    assert out.advantages[:, 0].tolist() == [0.0, 0.0]
+    close(torch.tensor(out.diagnostics["g2po/td_abs_mean"]), 0.45125)
+
+
+def test_an_empty_batch_has_no_edges():
+    empty = torch.zeros(0, dtype=torch.long)
+    batch = g2po_batch(next_anchor=[], episode=[], traj=[], step=[], anchor=[], step_reward=[])
+    batch.extras.update(traj=empty, step=empty, anchor=empty, next_anchor=empty)
+    batch.group = empty
+    out = G2PO()(batch)
+    assert out.advantages.shape == (0, 3)
+    assert out.diagnostics == {"g2po/nodes": 0.0, "g2po/edges": 0.0, "g2po/td_abs_mean": 0.0}
+
+
+def test_a_trajectory_across_groups_is_refused_by_name():
+    batch = g2po_batch(group=[0] * 9 + [1])  # τ3's last row in another task group
+    with pytest.raises(ValueError, match="^advantage g2po: "):
+        G2PO()(batch)

@@ -4,7 +4,7 @@ import torch
 from polo.core.advantages.gcpo import GCPO
 from polo.core.registry import ADVANTAGES, ConfigError
 
-from .helpers import close, length_batch
+from .helpers import build_batch, close, length_batch
 
 # the spec's group: G = 6, lengths in tokens
 C = [1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
@@ -120,3 +120,86 @@ def test_bad_settings_and_inputs():
     with pytest.raises(ValueError, match="input 'tag_used'"):
         GCPO()(batch)
     assert GCPO().needs() == {"tag_used"}
+
+
+# ---- mutation-testing kills
+
+
+def test_a_lone_user_or_non_user_counts_as_one_row_in_the_contrast():
+    # U = {row 1} alone: Δ = 1/1 − 0/3 = 1 > η = 0.6 (a count floored at 2 would give 0.5 → M = 0)
+    close(GCPO(eta=0.6, format_reward=None).rewards(gcpo_batch([1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]))[1],
+          [1.0] * 4)
+    # N = {row 4} alone: Δ = 2/3 − 1/1 = −1/3 < −η = −0.2 (N floored at 2: 2/3 − 1/2 = 1/6 → M = 0)
+    close(GCPO(eta=0.2, format_reward=None).rewards(gcpo_batch([1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]))[1],
+          [-1.0] * 4)
+
+
+def test_negative_margin_is_strict():
+    c, t = [0.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 0.0]  # Δ = 0 − 0.5 = −0.5
+    close(GCPO(eta=0.5, format_reward=None).rewards(gcpo_batch(c, t))[1], [0.0] * 4)
+    close(GCPO(eta=0.49, format_reward=None).rewards(gcpo_batch(c, t))[1], [-1.0] * 4)
+
+
+def test_normalisation_adds_eps_to_the_std():
+    # R = c = [1, 0] (no tag contrast: nobody uses it, lengths 1 → r_len = 0.5/900 each, cancels)
+    # mean 0.5, unbiased std √0.5 = 0.70711; A = ±0.5 / (0.70711 + 1) = ±0.29289
+    got = first_token(GCPO(eps=1.0, format_reward=None)(gcpo_batch([1.0, 0.0], [0.0, 0.0])))
+    close(got, [0.29289, -0.29289])
+
+
+def test_tag_metrics_count_bonus_and_penalty_rows_that_use_the_tag():
+    # group 0: users correct → M = +1 (2 bonus rows); group 1: users wrong → M = −1 (2 penalty rows);
+    # group 2: everyone uses the tag → M = 0 (3 tagged rows that are neither)
+    c = [1.0, 1.0, 0.0, 0.0] + [0.0, 0.0, 1.0, 1.0] + [1.0, 0.0, 1.0]
+    t = [1.0, 1.0, 0.0, 0.0] + [1.0, 1.0, 0.0, 0.0] + [1.0, 1.0, 1.0]
+    group = [0] * 4 + [1] * 4 + [2] * 3
+    result = GCPO(format_reward=None)(gcpo_batch(c, t, group=group))
+    assert result.diagnostics["gcpo/tag_rate"] == pytest.approx(7 / 11)
+    assert result.diagnostics["gcpo/tag_bonus_rows"] == 2.0
+    assert result.diagnostics["gcpo/tag_penalty_rows"] == 2.0
+    assert result.diagnostics["gcpo/unscored"] == 0.0
+    assert result.keep is None  # every row scored: nothing to leave out
+
+
+def test_an_empty_batch_reports_zero_metrics():
+    batch = build_batch(torch.zeros(0, 1), mask=torch.zeros(0, 1))
+    batch.reward_names = ("correct",)
+    batch.extras["tag_used"] = torch.zeros(0, dtype=torch.float64)
+    result = GCPO(format_reward=None)(batch)
+    assert result.advantages.shape[0] == 0
+    assert result.diagnostics == {"gcpo/tag_rate": 0.0, "gcpo/tag_bonus_rows": 0.0,
+                                  "gcpo/tag_penalty_rows": 0.0, "gcpo/unscored": 0.0}
+
+
+def test_a_bool_tag_input_and_float32_rewards_give_float32_advantages():
+    batch = gcpo_batch(C, T, F, L)
+    batch.rewards = batch.rewards.float()
+    batch.extras["tag_used"] = torch.tensor(T, dtype=torch.float64)  # t converted to the mask's dtype
+    reward, _, _ = GCPO().rewards(batch)
+    assert reward.dtype == torch.float32
+    assert GCPO()(batch).advantages.dtype == torch.float32
+    batch.extras["tag_used"] = torch.tensor(T).bool()  # a bool tag input works too
+    result = GCPO()(batch)
+    close(first_token(result), [0.8290, 1.0936, 0.0353, -0.8467, -1.4993, 0.3881])
+    assert result.diagnostics["gcpo/tag_rate"] == pytest.approx(0.5)
+
+
+def test_length_bonus_is_computed_in_the_rewards_dtype():
+    # float64 rewards: r_len = 0.5·300/900 = 1/6 exactly to float64 (float32 would be off by ~5e-9)
+    reward = GCPO(format_reward=None).rewards(gcpo_batch([0.0], [0.0], lengths=[300]))[0]
+    torch.testing.assert_close(reward, torch.tensor([0.5 * 300 / 900], dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_an_unscored_rows_missing_components_count_as_zero_in_r():
+    # row 2's correctness and row 1's format are missing: each counts 0 in R (nobody uses the tag here)
+    present = [[True, False], [False, True]]
+    reward, _, valid = GCPO().rewards(gcpo_batch([1.0, 1.0], [0.0, 0.0], [1.0, 1.0], present=present))
+    assert valid.tolist() == [False, False]
+    close(reward, [1.0 + 0.5 / 900, 0.5 + 0.5 / 900])  # c + 0.5·f + 0.5·1/900
+
+
+def test_a_wrongly_shaped_tag_input_is_reported_with_its_shape():
+    batch = gcpo_batch(C, T, F, L)
+    batch.extras["tag_used"] = torch.ones(3)
+    with pytest.raises(ValueError, match=r"must have shape \[B\] = \[6\], got \[3\]"):
+        GCPO()(batch)

@@ -3,7 +3,9 @@ import math
 import pytest
 import torch
 
-from polo.core.advantages.gdpo import GD2PO, GDPO, component_advantages, conflicted, consensus, order_changes
+from polo.core.advantages.gdpo import (GD2PO, GDPO, component_advantages, conflicted, consensus, order_changes,
+                                      whiten_rows)
+from polo.core.batch import RolloutBatch
 
 from .helpers import build_batch, close
 
@@ -169,3 +171,109 @@ def test_order_changes_counts_the_pairs_decoupling_reorders():
     assert order_changes(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([0, 1])) == 0.0
     assert order_changes(torch.tensor([2.0, 2.0]), torch.tensor([1.0, 1.0]), torch.tensor([0, 0])) == 0.0
     assert order_changes(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 1.0]), torch.tensor([0, 0])) == 1.0
+
+
+# ---- mutation-testing kills
+
+
+def test_three_groups_keep_their_component_cells_apart_and_eps_reaches_the_std():
+    # two rows per group, so every component's z-score is ±(d/2)/(d/√2) = ±1/√2 = ±0.7071 whatever its values;
+    # with three groups a (group, component) cell id inv/K + k would merge group 0's k=1 with group 2's k=0
+    batch = build_batch([[0.0, 0.0], [1.0, 10.0], [0.0, 0.0], [1.0, 1.0], [5.0, 0.0], [6.0, 1.0]], [0, 0, 1, 1, 2, 2])
+    close(GDPO().components(batch), [[-0.7071, -0.7071], [0.7071, 0.7071]] * 3)
+    # eps = 1: values 0 and 2 have mean 1 and unbiased std √2, so ±1/(√2 + 1) = ±0.4142
+    two = build_batch([[0.0], [2.0]])
+    close(GDPO(eps=1.0).components(two)[:, 0], [-0.4142, 0.4142])
+
+
+def test_a_component_exactly_at_the_sign_tolerance_is_not_signed():
+    # +1e-8 is not positive and −1e-8 not negative (strictly beyond SIGN_TOL); 2e-8 is
+    comp = torch.tensor([[1e-8, -1.0], [1.0, -1e-8], [2e-8, -1.0]], dtype=torch.float64)
+    assert conflicted(comp).tolist() == [False, False, True]
+
+
+def test_consensus_adds_the_tolerance_to_the_denominator():
+    # [1e-8, 1e-8]: 2e-8 / (2e-8 + 1e-8) = 2/3; [3, −1]: 2 / (4 + 1e-8) = 0.5
+    close(consensus(torch.tensor([[1e-8, 1e-8], [3.0, -1.0]], dtype=torch.float64)), [2 / 3, 0.5], atol=1e-6)
+
+
+def test_order_changes_edge_cases():
+    # an empty batch has no pair
+    assert order_changes(torch.zeros(0), torch.zeros(0), torch.zeros(0, dtype=torch.long)) == 0.0
+    # a difference of exactly SIGN_TOL is a tie: no pair is ranked
+    assert order_changes(torch.tensor([0.0, 1e-8], dtype=torch.float64), torch.zeros(2, dtype=torch.float64),
+                         torch.tensor([0, 0])) == 0.0
+    # pair (0, 1) is tied on both sides and not counted; (0, 2) and (1, 2) flip: 2 of 2
+    assert order_changes(torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.0, 0.0, -1.0]), torch.tensor([0, 0, 0])) == 1.0
+    # groups of 3 and 1: group 0 agrees (0/3); the lone row 3 (which orders oppositely to rows 0, 1) pairs with
+    # nothing, neither with the padding of its group's block
+    assert order_changes(torch.tensor([0.0, 1.0, 2.0, 5.0]), torch.tensor([0.0, 1.0, 2.0, -5.0]),
+                         torch.tensor([0, 0, 0, 1])) == 0.0
+
+
+def test_order_changes_metric_reads_the_scored_rewards_only():
+    # unscored_example, group 0: S = [1/√3, −2/√3, 0, 1/√3], summed = [1, 0, 0, 1]: of its 5 ranked pairs only
+    # (1, 2) flips (S_1 < S_2, summed tied); group 1 orders as its rewards (4 ranked pairs): 1/9
+    assert GDPO()(unscored_example()).diagnostics["gdpo/order_changes"] == pytest.approx(1 / 9)
+
+
+def test_whiten_rows_by_hand():
+    ones = torch.ones(2, 1, dtype=torch.float64)
+    both = torch.tensor([True, True])
+    # token, exactly two kept tokens: mean 2, unbiased var 2, so ±1/√2 = ±0.7071
+    close(whiten_rows(torch.tensor([1.0, 3.0], dtype=torch.float64), ones, both, "token")[:, 0], [-0.7071, 0.7071])
+    # sample: a kept row without tokens is left out of the statistics (mean 2, std √2 over rows 0, 1):
+    # ±1/(1.414214 + 1e-4) = ±0.707057
+    mask = torch.tensor([[1.0], [1.0], [0.0]], dtype=torch.float64)
+    close(whiten_rows(torch.tensor([1.0, 3.0, 100.0], dtype=torch.float64), mask, torch.ones(3, dtype=torch.bool),
+                      "sample")[:, 0], [-0.707057, 0.707057, 0.0], atol=1e-6)
+    # sample eps is 1e-4: [0, 2e-4] has std 1.414214e-4, so ±1e-4/2.414214e-4 = ±0.414214
+    close(whiten_rows(torch.tensor([0.0, 2e-4], dtype=torch.float64), ones, both, "sample")[:, 0],
+          [-0.414214, 0.414214], atol=1e-6)
+    # sample, one kept row: x − mean = 0
+    assert whiten_rows(torch.tensor([5.0, 7.0], dtype=torch.float64), ones, torch.tensor([True, False]),
+                       "sample").eq(0).all()
+
+
+def test_integer_rewards_and_float32_weights_take_the_masks_dtype():
+    ref = build_batch([[0], [2]])
+    batch = RolloutBatch(prompt_ids=ref.prompt_ids, prompt_mask=ref.prompt_mask, response_ids=ref.response_ids,
+                         response_mask=ref.response_mask, group=ref.group, rewards=torch.tensor([[0], [2]]),
+                         reward_weights=torch.ones(1))
+    out = GDPO(whiten="none")(batch)
+    # mask float32 (integer rewards): (x − 1)/(√2 + 1e-6) = ±0.7071 in float32
+    assert out.advantages.dtype == torch.float32
+    close(out.advantages[:, 0], [-0.7071, 0.7071])
+    assert out.diagnostics["gdpo/order_changes"] == 0.0
+    # float64 rewards with float32 weights: the weights follow the components' dtype
+    batch = example()
+    batch.reward_weights = torch.tensor([2.0, 0.5])
+    comp = GDPO().components(batch)
+    close(GDPO(whiten="none")(batch).advantages[:, 0], 2 * comp[:, 0] + 0.5 * comp[:, 1])
+
+
+def test_gd2po_selection_edges():
+    # snr at tau 0 drops nothing, not even a conflicted row with consensus exactly 0
+    comp = torch.tensor([[1.0, -1.0], [2.0, -1.0]], dtype=torch.float64)
+    keep, _, diag = GD2PO(variant="snr", tau=0.0).selection(comp, torch.tensor([0, 0]), torch.tensor([True, True]))
+    assert keep.tolist() == [True, True] and diag["gd2po/drop_frac"] == 0.0
+    # a group with one scored row that is kept keeps ratio 1/1
+    _, scale, _ = GD2PO().selection(torch.tensor([[1.0, 1.0]]), torch.tensor([0]), torch.tensor([True]))
+    assert scale.tolist() == [1.0]
+    # one conflicted row: 1 of 1 conflicted and dropped
+    _, _, diag = GD2PO().selection(torch.tensor([[1.0, -1.0]]), torch.tensor([0]), torch.tensor([True]), ("a", "b"))
+    assert diag == {"gd2po/conflict_frac": 1.0, "gd2po/drop_frac": 1.0, "gd2po/drop_frac/a": 1.0,
+                    "gd2po/drop_frac/b": 1.0}
+
+
+def test_an_infinite_reward_counts_as_missing_and_leaves_the_other_rows_finite():
+    # component 1 of row 0 is +inf (then -inf): it is not present, so the advantages are those of the batch with that
+    # reward missing (found by mutation triage: nan_to_num turned inf into 1.8e308 and the z-score into NaN)
+    for bad in (math.inf, -math.inf):
+        batch = build_batch([[1.0, bad], [0.0, 0.2], [1.0, 0.3], [0.0, 0.1]])
+        missing = build_batch([[1.0, 0.0], [0.0, 0.2], [1.0, 0.3], [0.0, 0.1]])
+        missing.extras["reward_present"] = torch.tensor([[True, False], [True, True], [True, True], [True, True]])
+        adv = GDPO()(batch).advantages
+        assert torch.isfinite(adv).all()
+        close(adv, GDPO()(missing).advantages)
+

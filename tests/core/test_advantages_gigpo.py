@@ -219,3 +219,43 @@ def test_ppo_loss_basic_with_polo_ppo_clip_aggregations_and_k3():
     for name, expected in (("token_mean", 0.6270), ("seq_mean_token_mean", 1.0519), ("seq_mean_token_sum", 1.5674)):
         close(AGGREGATIONS.build(name)(u, m, counts), expected)
     close(DIVERGENCES.build("k3")(torch.tensor(-0.8), torch.tensor(-1.0)), 0.0187)
+
+
+# ---- mutation-testing kills
+def test_eps_reaches_both_levels_of_mean_std_norm():
+    # eps = 1. Episode: rewards 1 ×7, 0 ×3: mean 0.7, std_u = √(2.1/9) = 0.483046 → A^E_0 = 0.3/1.483046 = 0.202287.
+    # Step, anchor s0 = rows 0, 3, 7 with returns 0.95², 0.95³, 0: mean 0.586625, std_u 0.508533
+    # → A^S_0 = 0.315875/1.508533 = 0.209392; A_0 = 0.202287 + 0.209392
+    adv = row_adv(GiGPO(mode="mean_std_norm", eps=1.0), step_batch())
+    close(adv[0], 0.411679)
+
+
+def test_step_rewards_are_read_in_the_episode_rewards_dtype():
+    batch = step_batch(dtype=torch.float32)
+    batch.extras["step_reward"] = batch.extras["step_reward"].double()
+    adv = GiGPO()(batch).advantages
+    assert adv.dtype == torch.float32
+    close(adv[:, 0], FINAL[("mean_norm", "steps")])
+
+
+def test_step_metrics_name_and_value():
+    metrics = GiGPO()(step_batch()).diagnostics
+    # mean |A^S| over the 10 rows: (0.3159 + 0.2707 + 0.4512 + 0.5866 + 0.4512)/10
+    assert metrics["gigpo/step_adv_abs_mean"] == pytest.approx(0.20756, abs=1e-4)
+    assert metrics["gigpo/anchor_group_size_mean"] == pytest.approx(2.0)  # 10 rows over 5 anchors s0..s4
+    assert metrics["gigpo/anchor_singleton_frac"] == pytest.approx(0.2)  # s4 alone
+
+
+def test_a_trajectory_across_two_groups_names_gigpo():
+    with pytest.raises(ValueError, match="^advantage gigpo: a trajectory id spans several groups"):
+        GiGPO()(step_batch(group=[0, 0, 1, 1, 1, 1, 1, 2, 2, 2]))
+
+
+def test_an_empty_batch_reports_zero_step_metrics():
+    batch = build_batch(torch.zeros(0), torch.zeros(0, dtype=torch.long), mask=torch.ones(0, 3, dtype=torch.long))
+    none = torch.zeros(0, dtype=torch.long)
+    batch.extras.update(traj=none, step=none, anchor=none, step_reward=torch.zeros(0, dtype=torch.float64))
+    result = GiGPO()(batch)
+    assert result.advantages.shape == (0, 3)
+    assert result.diagnostics == {"gigpo/anchor_groups": 0.0, "gigpo/anchor_group_size_mean": 0.0,
+                                  "gigpo/anchor_singleton_frac": 0.0, "gigpo/step_adv_abs_mean": 0.0}

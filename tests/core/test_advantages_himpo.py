@@ -119,3 +119,24 @@ def test_config():
     for bad in ({"h_min": 1.2}, {"h_min": -0.1}, {"normalize": "maybe"}, {"eps": 0}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "himpo", **bad})
+
+
+# ---- mutation-testing kills
+def test_eps_reaches_the_memory_normalisation():
+    # memory credits 0.8, −0.02, 0.1, −0.36: mean 0.13, std_u √(0.7124/3) = 0.487306; eps = 1 → 0.67/1.487306
+    close(ADVANTAGES.build({"name": "himpo", "eps": 1.0})(himpo_batch()).advantages[0, 0], 0.450479)
+
+
+def test_memory_metrics_and_a_batch_without_writes():
+    metrics = HiMPO()(himpo_batch()).diagnostics
+    # |A| of the memory rows 0, 1, 3, 4 of the worked example
+    assert metrics["himpo/memory_adv_abs_mean"] == pytest.approx((1.3749 + 0.3078 + 0.0616 + 1.0055) / 4, abs=1e-4)
+    none = HiMPO()(himpo_batch(write=[0] * 6)).diagnostics
+    assert none["himpo/relevance_mean"] == 0.0 and none["himpo/memory_adv_abs_mean"] == 0.0
+
+
+def test_a_non_binary_memory_write_names_himpo():
+    batch = himpo_batch()
+    batch.extras["memory_write"][2] = 0.5
+    with pytest.raises(ValueError, match="^advantage himpo: the step-row input 'memory_write' must hold only"):
+        HiMPO()(batch)

@@ -173,3 +173,69 @@ def test_config():
     for bad in ({"rho": 0}, {"rho": 1.5}, {"lambda_s": -1}, {"lambda_f": -0.1}, {"eps": 0}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "iapo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_routing_weights_are_computed_in_the_advantages_float64():
+    # λ_s = 0.3 (not exact in float32), ρ = 0.5: ω = (1 + 0.3·reach)·(0.5 if fail else 1) = [1.3, 1.3, 1, 0.5, 1.3],
+    # Σω = 5.4, w = 5·ω/5.4; float64 throughout (a float32 step would be off by ~1e-8)
+    tinv = torch.zeros(5, dtype=torch.long)
+    reach, fail = torch.tensor(REACH), torch.tensor(ERROR).bool()
+    adv = torch.full((5,), 1.2, dtype=torch.float64)
+    w = routing_weights(adv, reach, fail, torch.tensor(FAILED) != 0, tinv, 1, 0.3, 1.0, 0.5)
+    assert w.dtype == torch.float64
+    expected = torch.tensor([1.3, 1.3, 1.0, 0.5, 1.3], dtype=torch.float64) * 5 / 5.4
+    torch.testing.assert_close(w, expected, atol=1e-12, rtol=0)
+
+
+def test_support_reach_of_no_trajectory_is_an_empty_bool_tensor():
+    empty = torch.zeros(0, dtype=torch.long)
+    reach = support_reach(empty, empty, empty, 0)
+    assert reach.dtype == torch.bool and reach.shape == (0,)
+
+
+def test_metrics_of_one_row_and_of_an_empty_batch():
+    # one single-turn trajectory with a tool error: w = 1, it is its own last turn (reached), it failed
+    d = IAPO()(iapo_batch([0.7], [0], [0], [0], [0], [1])).diagnostics
+    assert d == {"iapo/weight_max": 1.0, "iapo/weight_min": 1.0, "iapo/reach_frac": 1.0, "iapo/fail_frac": 1.0}
+    batch = iapo_batch([], [], [], [], [], [], mask=torch.zeros(0, 2, dtype=torch.long))
+    empty = torch.zeros(0, dtype=torch.long)
+    batch.extras.update(traj=empty, step=empty, uses_support=empty, uses_failed=empty)
+    batch.group = empty
+    out = IAPO()(batch)
+    assert out.advantages.shape == (0, 2)
+    assert out.diagnostics == {"iapo/weight_max": 0.0, "iapo/weight_min": 0.0, "iapo/reach_frac": 0.0,
+                               "iapo/fail_frac": 0.0}
+
+
+def test_error_messages_name_the_estimator_and_the_bitmask_rule():
+    batch = example_batch(1.2)
+    batch.extras["tool_error"] = torch.tensor([0, 0, 0, 0.5, 0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^advantage iapo: the step-row input 'tool_error' must hold only"):
+        IAPO()(batch)
+    batch = example_batch(1.2)
+    batch.extras["uses_support"] = torch.tensor([0, 0b10, 0, 0b10, 0b10])
+    with pytest.raises(ValueError, match=r"^advantage iapo: the step-row input 'uses_support' must be a non-negative "
+                                         r"bitmask with bits only for earlier turns of the same trajectory "
+                                         r"\(bit j < the row's step\)$"):
+        IAPO()(batch)
+
+
+def test_routing_weights_keep_a_bfloat16_advantages_dtype():
+    adv = torch.full((5,), 1.2, dtype=torch.bfloat16)
+    w = routing_weights(adv, torch.tensor(REACH), torch.tensor(ERROR).bool(), torch.tensor(FAILED) != 0,
+                        torch.zeros(5, dtype=torch.long), 1, 1.0, 1.0, 0.5)
+    assert w.dtype == torch.bfloat16
+    close(w.float(), W_POS, atol=1e-2)  # bfloat16 has 8 bits of mantissa
+
+
+def test_routing_weight_rho_is_taken_at_the_advantages_precision():
+    # one trajectory of two positive rows, the first a failure: ω = [ρ, 1] (λ_s = 0), w = 2·ω/Σω = [0.6, 2]/1.3 in
+    # float64 to 1e-12 (ρ = 0.3 rounded to float32 first would be off by 1e-8)
+    adv = torch.tensor([1.2, 1.2], dtype=torch.float64)
+    no = torch.tensor([False, False])
+    w = routing_weights(adv, no, torch.tensor([True, False]), no, torch.tensor([0, 0]), 1, 0.0, 0.0, 0.3)
+    assert w.dtype == torch.float64
+    close(w, [0.6 / 1.3, 2 / 1.3], atol=1e-12)

@@ -212,3 +212,48 @@ def test_registry_and_config_validation():
                 {"f1_weight": -1}, {"decay": 0.1}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "igpo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_probe_logp_averages_the_last_axis_of_any_shape():
+    # no mask: the mean of each row, [[-1, -3], [-4, -6]] → [-2, -5]
+    close(probe_logp(torch.tensor([[-1.0, -3.0], [-4.0, -6.0]], dtype=torch.float64)), [-2.0, -5.0])
+    # [2, 3, 4] with a mask keeping the first two tokens: (-1 - 2)/2 = -1.5 everywhere, shape [2, 3]
+    logps = torch.tensor([-1.0, -2.0, -7.0, -9.0], dtype=torch.float64).expand(2, 3, 4)
+    mask = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64).expand(2, 3, 4)
+    close(probe_logp(logps, mask), torch.full((2, 3), -1.5))
+    # a float64 mask does not promote float32 log-probs
+    out = probe_logp(logps.float(), mask)
+    assert out.dtype == torch.float32 and out.shape == (2, 3)
+
+
+def test_advantages_take_the_masks_dtype_with_float64_gold_logp():
+    batch = igpo_batch(dtype=torch.float32)
+    batch.extras["gold_logp"] = batch.extras["gold_logp"].double()
+    adv = IGPO()(batch).advantages
+    assert adv.dtype == torch.float32
+    close(adv[:, 0], JOINT, atol=1e-3)
+
+
+def test_separate_pools_of_three_groups_stay_apart():
+    # the spec example in groups 0 and 2: each group alone gives SEPARATE (group 1 is absent)
+    batch = igpo_batch(p=P * 2, outcome=F1 * 2, group=[0, 0, 0, 2, 2, 2])
+    close(IGPO(norm_mode="separate")(batch).advantages[:, 0], SEPARATE * 2)
+
+
+def test_one_turn_trajectories_have_no_information_gain_and_eps_is_added_to_sigma():
+    # outcomes 1, 0 in one pool: μ = 0.5, σ = √(0.25 + 1e-8); eps = 0.5: A = ±0.5/(0.50000001 + 0.5) ≈ ±0.5
+    out = IGPO(eps=0.5)(igpo_batch(p=[[0.3], [0.6]], outcome=[1.0, 0.0]))
+    close(out.advantages[:, 0], [0.5, -0.5], atol=1e-6)
+    assert out.diagnostics == {"igpo/ig_mean": 0.0, "igpo/ig_abs_mean": 0.0}
+
+
+def test_an_empty_batch():
+    batch = igpo_batch(p=[], outcome=[])
+    batch.group = torch.zeros(0, dtype=torch.long)
+    batch.extras.update(traj=torch.zeros(0, dtype=torch.long), step=torch.zeros(0, dtype=torch.long))
+    out = IGPO()(batch)
+    assert out.advantages.shape == (0, 2)
+    assert out.diagnostics == {"igpo/ig_mean": 0.0, "igpo/ig_abs_mean": 0.0}

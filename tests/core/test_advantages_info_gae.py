@@ -48,3 +48,10 @@ def test_fully_masked_row_is_finite():
                        mask=[[1, 1, 1, 1], [0, 0, 0, 0]], rewards=(1.0, 0.0))
     out = InfoGAE(gamma=0.9)(batch)
     assert torch.isfinite(out.advantages).all() and (out.advantages[1] == 0).all()
+
+
+# ---- mutation-testing kills
+def test_density_floors_a_negative_entropy_and_accepts_no_tokens():
+    # H = [2, −0.5]: ρ = H / 2 clamped to [0, 1] → [1, 0]
+    close(information_density(torch.tensor([[2.0, -0.5]]), torch.ones(1, 2)), [[1.0, 0.0]])
+    assert information_density(torch.zeros(1, 0), torch.zeros(1, 0)).shape == (1, 0)  # zero-width responses

@@ -180,3 +180,64 @@ def test_registry_and_config_validation():
     for bad in ({"gate_temperature": 0}, {"intrinsic_weight": -0.1}, {"eps": 0}, {"decay": 0.1}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "infopo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_counterfactual_gain_of_one_marked_token_keeps_the_logps_dtype():
+    # one marked token: IG = (−1) − (−3) = 2, divided by n = 1
+    obs = torch.tensor([[-1.0, -5.0]])
+    cf = torch.tensor([[-3.0, -4.0]])
+    mask = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    out = counterfactual_gain(obs, cf, mask)
+    assert out.dtype == torch.float32
+    close(out, [2.0])
+
+
+def test_fusion_by_hand_with_a_large_eps():
+    # two one-row trajectories in their own groups (σ_g = 1, gate = sigmoid(−1/0.5) = 0.119203), S = 1, −1,
+    # one token each, IG = 0, 40 raw (normalize_intrinsic false), eps = 0.5:
+    # A^out = ±1/(1 + 0.5) = ±0.666667; σ_out = std_u(±0.666667) + 0.5 = 0.942809 + 0.5 = 1.442809;
+    # σ_int = std_u(0, 40) + 0.5 = 28.284271 + 0.5 = 28.784271; m = min(1, max(1.442809, 1)/28.784271) = 0.050125;
+    # A_1 = −0.666667 + 0.5·0.119203·0.050125·40 = −0.547165
+    batch = info_batch(lengths=[[1], [1]], ig=[[0.0], [40.0]], outcome=[1.0, -1.0], group=[0, 1])
+    out = InfoPO(eps=0.5, normalize_intrinsic=False)(batch)
+    close(out.advantages[:, 0], [0.666667, -0.547165], atol=1e-5)
+    d = out.diagnostics
+    assert d["infopo/magnitude_ratio"] == pytest.approx(0.050125, abs=1e-6)
+    assert d["infopo/gate_mean"] == pytest.approx(0.119203, abs=1e-6)
+    assert d["infopo/intrinsic_abs_mean"] == pytest.approx(20.0)
+
+
+def test_one_token_has_no_spread_and_one_row_scores_its_own_return():
+    # one trajectory of one row and one token: S = 0.7 (its own return), alone in its group: A^out = 0.7/(1 + 1e-6);
+    # its one intrinsic token normalizes to 0; both stds of one value are 0, so m = min(1, 1/1e-6) = 1
+    out = InfoPO()(info_batch(lengths=[[1]], ig=[[0.3]], outcome=[0.7]))
+    close(out.advantages[:, 0], [0.7 / (1 + 1e-6)], atol=1e-6)
+    assert out.diagnostics["infopo/magnitude_ratio"] == 1.0
+
+
+def test_intrinsic_statistics_are_per_group():
+    # group 0: x = 0.1, 0.3 (μ 0.2, std_u 0.141421) → Â^I = ∓0.707102; group 1: x = 1, 2 (μ 1.5, std_u 0.707107)
+    # → ∓0.707106; every |Â^I| ≈ 0.7071 (pooled over both groups they would not be)
+    batch = info_batch(lengths=[[1], [1], [1], [1]], ig=[[0.1], [0.3], [1.0], [2.0]], outcome=[1.0, 0.0, 1.0, 0.0],
+                       group=[0, 0, 1, 1])
+    assert InfoPO()(batch).diagnostics["infopo/intrinsic_abs_mean"] == pytest.approx(0.70710, abs=1e-4)
+    # eps = 0.5: 0.1/(0.141421 + 0.5) = 0.155907 and 0.5/(0.707107 + 0.5) = 0.414214, mean 0.285060
+    assert InfoPO(eps=0.5)(batch).diagnostics["infopo/intrinsic_abs_mean"] == pytest.approx(0.285060, abs=1e-5)
+
+
+def test_float64_info_gain_does_not_promote_float32_advantages():
+    batch = info_batch(dtype=torch.float32)
+    batch.extras["info_gain"] = batch.extras["info_gain"].double()
+    assert InfoPO()(batch).advantages.dtype == torch.float32
+
+
+def test_an_empty_batch_and_a_batch_without_trainable_tokens():
+    batch = info_batch().select(torch.zeros(0, dtype=torch.long))
+    assert InfoPO()(batch).diagnostics == {"infopo/gate_mean": 0.0, "infopo/magnitude_ratio": 1.0,
+                                           "infopo/intrinsic_abs_mean": 0.0}
+    batch = info_batch(lengths=[[1], [1]], ig=[[0.1], [0.3]], outcome=[1.0, 0.0])
+    batch.response_mask = torch.zeros_like(batch.response_mask)
+    assert InfoPO()(batch).diagnostics["infopo/intrinsic_abs_mean"] == 0.0

@@ -180,3 +180,52 @@ def test_registry_and_config_validation():
     for bad in ({"lam": 1.5}, {"gamma": -0.1}, {"outcome_weight": -1}, {"eps": 0}, {"judge": "environment"}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "mapo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_eps_is_added_to_both_stds():
+    # two one-turn dialogues in one group, scores 0.2 and 0.8: returns 0.2, 0.8 (mean 0.5, std_u 0.42426) in
+    # both the turn pool and the batch; eps = 0.5: A = ±0.3/(0.42426 + 0.5) = ±0.32458 at either level
+    batch = mapo_batch(judge=[[0.2], [0.8]])
+    for lam in (0.0, 1.0):
+        close(row_adv(MAPO(eps=0.5, lam=lam), batch), [-0.3 / (0.18**0.5 + 0.5), 0.3 / (0.18**0.5 + 0.5)])
+
+
+def test_scores_of_exactly_zero_and_one_are_accepted():
+    # dialogues [1, 0] and [0, 1], γ = 0.9: returns 1.0, 0.0 (turn 0 and 1 of D1), 0.9, 1.0 (D2)
+    out = MAPO(lam=0.0)(mapo_batch(judge=[[1.0, 0.0], [0.0, 1.0]]))
+    g = torch.tensor([1.0, 0.0, 0.9, 1.0], dtype=torch.float64)  # mean 0.725, std_u √(0.7075/3) = 0.48563
+    close(out.advantages[:, 0], (g - 0.725) / ((0.7075 / 3) ** 0.5 + 1e-6))
+    assert out.diagnostics["mapo/judge_std"] == pytest.approx((1 / 3) ** 0.5)  # std_u of [1, 0, 0, 1]
+
+
+def test_integer_oracle_scores_are_read_as_floats():
+    # an environment may write 0/1 scores as integers: same advantages as the float scores
+    ints = mapo_batch(judge=[[1.0, 0.0], [0.0, 1.0]], name="judge")
+    ints.extras["judge"] = torch.tensor([1, 0, 0, 1])
+    expected = row_adv(MAPO(judge="oracle"), mapo_batch(judge=[[1.0, 0.0], [0.0, 1.0]], name="judge"))
+    close(row_adv(MAPO(judge="oracle"), ints), expected)
+
+
+def test_no_judged_turn_fills_zero_and_the_judge_metrics():
+    # every judgment failed: the scores are filled with 0 → every return 0 → every advantage 0
+    out = MAPO()(mapo_batch(judge=[[float("nan")] * 2] * 2))
+    assert (out.advantages == 0).all()
+    assert out.diagnostics["mapo/judge_std"] == 0.0 and out.diagnostics["mapo/judge_missing_frac"] == 1.0
+    # the spec example: std_u of the 8 judge scores (mean 0.5875) = 0.20310
+    assert MAPO()(mapo_batch()).diagnostics["mapo/judge_std"] == pytest.approx(0.20310, abs=1e-5)
+    # one judged turn: no spread (0, not NaN); two: 0.2, 0.8 → std_u 0.42426
+    assert MAPO()(mapo_batch(judge=[[0.8]])).diagnostics["mapo/judge_std"] == 0.0
+    assert MAPO()(mapo_batch(judge=[[0.2], [0.8]])).diagnostics["mapo/judge_std"] == pytest.approx(0.18**0.5)
+
+
+def test_an_empty_batch_reports_zero_metrics():
+    batch = mapo_batch(judge=[])
+    batch.group = torch.zeros(0, dtype=torch.long)
+    batch.extras.update(traj=torch.zeros(0, dtype=torch.long), step=torch.zeros(0, dtype=torch.long))
+    out = MAPO()(batch)
+    assert out.advantages.shape == (0, 2)
+    assert out.diagnostics == {"mapo/turn_pool_singleton_frac": 0.0, "mapo/judge_mean": 0.0, "mapo/judge_std": 0.0,
+                               "mapo/judge_missing_frac": 0.0}

@@ -49,3 +49,18 @@ def test_fully_masked_row_and_broadcast():
     out = MCGRPO()(build_batch([1.0, 0.0, 0.5], mask=[[1, 1], [0, 0], [1, 0]]))
     assert torch.isfinite(out.advantages).all() and (out.advantages[1] == 0).all()
     assert out.advantages[2, 1] == 0 and out.advantages[0, 0] == out.advantages[0, 1]
+
+
+# ---- mutation-testing kills
+def test_even_group_takes_the_lower_median():
+    # G = 4: sorted 1, 2, 3, 10 → lower median 2 (rank (4 − 1) // 2 = 1); |r − 2| = 1, 0, 1, 8 → MAD 1
+    result = MCGRPO()(build_batch([1.0, 2.0, 3.0, 10.0]))
+    close(result.advantages[:, 0], [-1 / 1.001, 0.0, 1 / 1.001, 8 / 1.001])
+    assert result.keep.tolist() == [True, False, True, True]  # the median sample is left out
+
+
+def test_mad_zero_fraction_over_groups_of_two_or_more():
+    flat = MCGRPO()(build_batch([1.0, 1.0, 0.0, 0.0], group=[0, 0, 1, 1]))
+    assert flat.diagnostics["mc_grpo/mad_zero_frac"] == 1.0  # both groups flat: MAD 0
+    singles = MCGRPO()(build_batch([1.0, 0.0], group=[0, 1]))
+    assert singles.diagnostics["mc_grpo/mad_zero_frac"] == 0.0  # no group of two or more

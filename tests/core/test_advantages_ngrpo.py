@@ -85,3 +85,33 @@ def test_broadcast_over_tokens_and_zero_on_padding():
 def test_config_rejects_negative_virtual_count():
     with pytest.raises(ConfigError, match="n_virtual"):
         ADVANTAGES.build({"name": "ngrpo", "n_virtual": -1})
+
+
+# ---- mutation-testing kills
+
+
+def test_flat_row_metrics_count_groups_of_equal_rewards_and_those_still_learning():
+    # groups: g0 [0, 0] flat, A = −(1/3)/√(1/3) ≠ 0 (learns); g1 [1, 1, 1] flat at R_max, A = 0;
+    # g2 [0.7] a singleton (not flat: count 1, A = R = 0.7); g3 [1, 0] not flat (σ = 0.707)
+    batch = build_batch([0.0, 0.0, 1.0, 1.0, 1.0, 0.7, 1.0, 0.0], group=[0, 0, 1, 1, 1, 2, 3, 3])
+    batch.reward_max = torch.tensor([1.0], dtype=torch.float64)
+    out = NGRPO()(batch)
+    close(out.advantages[:2, 0], [-(1 / 3) / (1 / 3) ** 0.5] * 2)
+    assert out.diagnostics["ngrpo/flat_rows"] == pytest.approx(5 / 8)  # g0 and g1
+    assert out.diagnostics["ngrpo/flat_rows_learning"] == pytest.approx(2 / 8)  # g0 only
+
+
+def test_eps_is_added_to_the_augmented_std():
+    # all wrong, R_max = 1: μ' = 0.2, σ' = √0.2 = 0.44721; A = −0.2/(0.44721 + 0.5) = −0.21115
+    close(seq_adv(NGRPO(eps=0.5), [0.0, 0.0, 0.0, 0.0]), [-0.2 / (0.2**0.5 + 0.5)] * 4)
+
+
+def test_error_messages_list_every_offending_component_and_an_infinite_r_max():
+    with pytest.raises(ValueError, match=r"component\(s\) r1, r2 declare no finite maximum"):
+        seq_adv(NGRPO(), [[1.0, 3.0, 2.0], [0.0, 0.0, 0.0]], reward_max=(1.0, float("inf"), float("inf")))
+    with pytest.raises(ValueError, match=r"component\(s\) r0, r2 have negative weight"):
+        seq_adv(NGRPO(), [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]], reward_max=(1.0, 1.0, 1.0), weights=(-1.0, 1.0, -0.5))
+    # the config refuses r_max = inf, but calibrated() is public and checks its argument itself
+    reward = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"ngrpo: advantage\.r_max must be finite, got inf"):
+        NGRPO().calibrated(reward, torch.zeros(2, dtype=torch.long), float("inf"))

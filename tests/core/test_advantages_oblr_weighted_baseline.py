@@ -42,3 +42,20 @@ def test_singleton_and_zero_weight_groups_keep_raw_reward():
     close(adv[0, 0], 0.6)
     assert (adv[1:] == 0).all()  # fully masked rows
     close(weighted_group_baseline(torch.tensor([1.0, 0.0]), torch.zeros(2), torch.tensor([0, 0]), False), [0, 0])
+
+
+# ---- mutation-testing kills
+def test_logit_grad_weights_take_the_masks_dtype():
+    batch = build_batch([1.0, 0.0], mask=torch.ones(2, 1), old_logp=torch.log(torch.tensor([[0.5], [0.5]])))
+    batch.rewards = batch.rewards.float()  # mask float32; old_logp and sum_pi_sq float64
+    batch.extras["sum_pi_sq"] = torch.tensor([[0.5], [0.5]], dtype=torch.float64)
+    adv = OBLRWeightedBaseline()(batch).advantages
+    # ω = 1 − 2·0.5 + 0.5 = 0.5 each; leave-one-out baselines 0 and 1: A = 1, −1
+    assert adv.dtype == torch.float32
+    close(adv, [[1.0], [-1.0]])
+
+
+def test_weights_summing_to_zero_give_a_zero_baseline():
+    # ω = 1, −1 over the whole group: Σω = 0 → b = 0 (not Σ ωR / tiny)
+    b = weighted_group_baseline(torch.tensor([1.0, 2.0]), torch.tensor([1.0, -1.0]), torch.tensor([0, 0]), False)
+    assert b.tolist() == [0.0, 0.0]

@@ -44,3 +44,39 @@ def test_optimal_token_baseline_matches_per_group_loop():
     close(OptimalTokenBaseline(handle_zero_tail=True)(batch).advantages[2, 3], 1.0)
     assert OptimalTokenBaseline()(batch).advantages[2, 3].abs() < 1e-6
     assert OptimalTokenBaseline().needs() == {"old_logp", "sum_pi_sq"}
+
+
+# ---- mutation-testing kills
+
+
+def half_batch(rewards, mask, group=None):
+    """π = 0.5 and Σπ² = 0.5 everywhere: the proxy is 1 − 1 + 0.5 = 0.5 per valid token."""
+    batch = build_batch(rewards, group, mask=mask, old_logp=torch.full(torch.as_tensor(mask).shape, 0.5).log())
+    batch.extras["sum_pi_sq"] = torch.full(torch.as_tensor(mask).shape, 0.5, dtype=torch.float64)
+    return batch
+
+
+def test_zero_tail_starts_at_zero_next_to_an_empty_response():
+    # row 1 is empty (W = 0): B_t = R_0 = 1 at both positions → A = 0; with the zero tail the second-longest
+    # length is 0, so row 0's whole response gets B = 0 → A = R = 1
+    batch = half_batch([1.0, 0.0], mask=[[1, 1], [0, 0]])
+    close(OptimalTokenBaseline()(batch).advantages, [[0.0, 0.0], [0.0, 0.0]])
+    close(OptimalTokenBaseline(handle_zero_tail=True)(batch).advantages, [[1.0, 1.0], [0.0, 0.0]])
+
+
+def test_zero_tail_leaves_two_tied_longest_rows_alone():
+    # lengths 2, 2, 1, R = 1, 0, 0; W = [0.5, 1] on the two long rows, [0.5, 0] on the short one.
+    # t = 0: B = 1·0.5/1.5 = 1/3; t = 1: B = 1·1/2 = 0.5. No unique longest row: the zero tail changes nothing.
+    expected = [[2 / 3, 0.5], [-1 / 3, -0.5], [-1 / 3, 0.0]]
+    batch = half_batch([1.0, 0.0, 0.0], mask=[[1, 1], [1, 1], [1, 0]])
+    close(OptimalTokenBaseline()(batch).advantages, expected)
+    close(OptimalTokenBaseline(handle_zero_tail=True)(batch).advantages, expected)
+
+
+def test_advantages_take_the_masks_dtype():
+    # float32 rewards (so a float32 mask) with float64 policy inputs: the math runs in float32
+    batch = half_batch([1.0, 0.0], mask=[[1, 1], [1, 0]])
+    batch.rewards = batch.rewards.float()
+    adv = OptimalTokenBaseline()(batch).advantages
+    assert adv.dtype == torch.float32
+    close(adv, [[0.5, 0.0], [-0.5, 0.0]])

@@ -156,3 +156,59 @@ def test_config():
     for bad in ({"alpha": 0.5}, {"beta": 1.5}, {"alpha": -0.1}, {"eps": 0}, {"gamma": 1}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "planpo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_two_successes_shape_coarse_and_fine_with_a_large_eps():
+    # successes τ0 (1 turn, ℓ = [2]) and τ1 (3 turns, ℓ = [2, 4, 6]), failure τ2 (1 turn); α = 0.4, β = 1, eps = 0.5
+    # coarse: T_S = [1, 3], mean 2, std_u √2: e = ±1/(√2 + 0.5) = ±0.52241, tanh ±0.47964
+    # R' = [1.19186, 0.80814, 0]: mean 0.66667, std_u 0.60839, A = (R' − mean)/1.10839 = [0.47383, 0.12764, −0.60147]
+    # fine pool ℓ = [2, 2, 4, 6]: mean 3.5, std_u 1.91485, f = (3.5 − ℓ)/2.41485 = [0.62116, 0.62116, −0.20705, −1.03526]
+    # A_t = A·(1 + tanh f): 0.47383·1.55186; 0.12764·[1.55186, 0.79586, 0.22443]
+    out = PlanPO(alpha=0.4, beta=1.0, eps=0.5)(planpo_batch([1, 1, 0], [[2], [2, 4, 6], [3]]))
+    close(out.advantages[:, 0], [0.73532, 0.19808, 0.10158, 0.02865, -0.60147])
+    d = out.diagnostics
+    assert d["planpo/coarse_active_frac"] == 1.0  # both successes are in a group with two
+    close(torch.tensor(d["planpo/coarse_abs_mean"]), 0.52241)
+    assert d["planpo/success_frac"] == pytest.approx(2 / 3)
+
+
+def test_a_success_below_the_group_mean_is_not_scaled():
+    # three successes, turns [1, 1, 2]: the two-turn one has R' < mean R', so A < 0 and no fine factor applies
+    batch = planpo_batch([1, 1, 1], [[5], [5], [2, 9]])
+    a, plain = PlanPO(beta=1.0)(batch), PlanPO(beta=0.0)(batch)
+    assert plain.advantages[2, 0] < 0
+    close(a.advantages[2:, 0], plain.advantages[2:, 0])
+    assert a.diagnostics["planpo/scaled_row_frac"] == 0.5  # rows of τ0 and τ1 of 4
+
+
+def test_a_zero_advantage_is_not_counted_as_scaled():
+    # two successes with one turn each: every R' = 1, A = 0 on every row
+    out = PlanPO()(planpo_batch([1, 1], [[3], [5]]))
+    assert (out.advantages == 0).all()
+    assert out.diagnostics == {"planpo/success_frac": 1.0, "planpo/coarse_active_frac": 1.0,
+                               "planpo/scaled_row_frac": 0.0, "planpo/coarse_abs_mean": 0.0}
+
+
+def test_an_empty_batch_reports_zero_metrics():
+    batch = build_batch(torch.zeros(0, 1), torch.zeros(0, dtype=torch.long), mask=torch.zeros(0, 2))
+    empty = torch.zeros(0, dtype=torch.long)
+    batch.extras.update(traj=empty, step=empty, correct=torch.zeros(0, dtype=torch.float64))
+    out = PlanPO()(batch)
+    assert out.advantages.shape == (0, 2)
+    assert out.diagnostics == {"planpo/success_frac": 0.0, "planpo/coarse_active_frac": 0.0,
+                               "planpo/scaled_row_frac": 0.0, "planpo/coarse_abs_mean": 0.0}
+
+
+def test_missing_inputs_are_named_in_full():
+    batch = planpo_batch()
+    del batch.extras["traj"]
+    with pytest.raises(ValueError, match="^advantage planpo needs the step-row input 'traj'"):
+        PlanPO()(batch)
+    batch = planpo_batch()
+    del batch.extras["correct"]
+    with pytest.raises(ValueError, match=r"^advantage planpo needs the input 'correct' \[18\] \(1\.0 on every row of "
+                                         r"an episode that succeeded, else 0\.0\), written by the engine"):
+        PlanPO()(batch)

@@ -128,3 +128,47 @@ def test_after_update_buffers_pairs_refits_and_round_trips():
 def test_last_tokens_any_padding_side():
     mask = torch.tensor([[0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]])
     assert last_tokens(mask, 2).tolist() == [[0, 0, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]]
+
+
+# ---- mutation-testing kills
+
+
+def test_probe_mse_is_the_mean_squared_residual_in_the_buffers_reward_range():
+    # an exact fit on rewards {0, 1.5}: the fit is scored within [0, 1.5], so its mse is ≈ 0
+    # (clipped to [0, 1] the two 1.5 targets would leave 0.5² each: mse 0.125)
+    exact = POISEProbe(min_examples=4, pca_prompt=None, pca_response=None, ridge_alpha=1e-6)
+    metrics = exact.after_update(poise_batch([0.0, 1.5, 0.0, 1.5], [0, 0, 1, 1], [0.0, 1.0, 0.0, 1.0]), CONTEXT)
+    assert metrics["poise/probe_mse"] == pytest.approx(0.0, abs=1e-8)
+    # a huge ridge α flattens the probe to its intercept, the targets' mean: y = R_partner = [1.5, 0, 1.5, 1.5],
+    # ŷ = 1.125, residuals [−0.375, 1.125, −0.375, −0.375]: mse = (3·0.140625 + 1.265625)/4 = 0.421875
+    flat = POISEProbe(min_examples=4, pca_prompt=None, pca_response=None, ridge_alpha=1e9)
+    metrics = flat.after_update(poise_batch([0.0, 1.5, 1.5, 1.5], [0, 0, 1, 1], [0.0, 1.0, 0.0, 1.0]), CONTEXT)
+    assert metrics == {"poise/buffer": 4.0, "poise/probe_mse": pytest.approx(0.421875, abs=1e-6)}
+
+
+def test_probe_baselines_take_the_masks_dtype():
+    # float32 rewards: the probe's float64 predictions (b = 1.125 for every row, as above) are cast back
+    est = POISEProbe(min_examples=4, pca_prompt=None, pca_response=None, ridge_alpha=1e9)
+    batch = poise_batch([0.0, 1.5, 1.5, 1.5], [0, 0, 1, 1], [0.0, 1.0, 0.0, 1.0])
+    est.after_update(batch, CONTEXT)
+    batch.rewards = batch.rewards.float()
+    adv = est(batch).advantages
+    assert adv.dtype == torch.float32
+    close(adv[:, 0], [-1.125, 0.375, 0.375, 0.375])
+
+
+def test_state_dict_round_trips_the_buffer():
+    est = POISEProbe(min_examples=8, pca_prompt=None, pca_response=None)
+    est.after_update(poise_batch([1.0, 0.0, 1.0, 1.0], [0, 0, 1, 1], [0.9, 0.1, 0.3, 0.7]), CONTEXT)
+    state = est.state_dict()
+    assert set(state) == {"buffer_x", "buffer_y"}  # 4 examples < 8: no probe yet
+    restored = POISEProbe(min_examples=8, pca_prompt=None, pca_response=None)
+    restored.load_state_dict(state)
+    again = restored.state_dict()
+    assert torch.equal(again["buffer_x"], state["buffer_x"]) and torch.equal(again["buffer_y"], state["buffer_y"])
+
+
+def test_groups_of_other_sizes_are_refused_with_the_setting_to_change():
+    with pytest.raises(ValueError, match=r"^poise_probe needs exactly 2 rollouts per prompt "
+                                         r"\(rollout\.samples_per_prompt: 2\); got group sizes \[1, 3\]$"):
+        POISEProbe()(poise_batch([1.0, 0.0, 0.0, 1.0], [0, 0, 0, 1], [0.0] * 4))

@@ -61,3 +61,20 @@ def test_the_trainers_kl_coef_reaches_the_token_rewards():
     passed = ReDiPPO(reweight=False, whiten=False)(batch, kl_coef=0.5).advantages
     close(passed, ReDiPPO(reweight=False, whiten=False, kl_coef=0.5)(batch).advantages)
     assert (passed - ReDiPPO(reweight=False, whiten=False)(batch).advantages).abs().max() > 0.1
+
+
+def test_weight_metrics_of_the_worked_example():
+    # w on the valid tokens = [0.5, 1.2673, 1.2673, 0.5, 2, 2] (test_worked_example); mean 1.25577,
+    # population variance (0.75577² + 0.01153² + 0.74423²)/3 = 0.37507 → std 0.61243 (unbiased would be 0.6709);
+    # 0.5 = w_min and 2 = w_max count as clamped, both included: 4/6
+    out = ReDiPPO()(critic_batch())
+    assert out.diagnostics["redippo/weight_std"] == pytest.approx(0.61243, abs=1e-4)
+    assert out.diagnostics["redippo/weight_clamped_frac"] == pytest.approx(4 / 6)
+
+
+def test_no_valid_token_gives_zero_weight_metrics_and_no_reweighting_gives_no_metrics():
+    batch = critic_batch(mask=[[0, 0, 0], [0, 0, 0]])
+    out = ReDiPPO(whiten=False)(batch)
+    assert out.diagnostics == {"redippo/weight_std": 0.0, "redippo/weight_clamped_frac": 0.0}
+    assert (out.advantages == 0).all()
+    assert ReDiPPO(reweight=False)(critic_batch()).diagnostics == {}

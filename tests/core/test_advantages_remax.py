@@ -14,3 +14,13 @@ def test_remax_broadcasts_over_valid_tokens():
     batch = build_batch([1.0, 0.0], mask=[[1, 1, 0], [0, 0, 0]])
     batch.extras["greedy_reward"] = torch.tensor([0.25, 0.5], dtype=torch.float64)
     close(ReMax()(batch).advantages, [[0.75, 0.75, 0.0], [0.0, 0.0, 0.0]])
+
+
+# ---- mutation-testing kills
+def test_advantages_take_the_masks_dtype():
+    batch = build_batch([1.0, 0.0])
+    batch.rewards = batch.rewards.float()  # mask float32
+    batch.extras["greedy_reward"] = torch.tensor([0.25, 0.25], dtype=torch.float64)
+    adv = ReMax()(batch).advantages
+    assert adv.dtype == torch.float32
+    close(adv, [[0.75], [-0.25]])

@@ -103,3 +103,44 @@ def test_config():
     for bad in ({"lambda_s": 1.5}, {"lambda_s": -0.1}, {"eps": 0}, {"k_max": 3}):
         with pytest.raises(ConfigError, match="advantage"):
             ADVANTAGES.build({"name": "sopo", **bad})
+
+
+# ---- mutation-testing kills
+
+
+def test_a_one_row_hinted_success_is_discounted_and_counted():
+    # τ0: one row, hinted (k = 2), R = 0.9; τ1: one row, R = 0.2. A = ±0.35/0.49497 = ±0.70711 (std_u of 0.9, 0.2);
+    # τ0 is scaled once: 0.70711·0.8 = 0.56569, and counted in discounted_frac although it has a single row
+    batch = sopo_batch(reward=[0.9, 0.2], attempts=[1, 1])
+    batch.extras["hint"] = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    out = SOPO()(batch)
+    close(out.advantages[:, 0], [0.5**0.5 * 0.8, -(0.5**0.5)])
+    assert out.diagnostics == {"sopo/mean_attempts": 1.5, "sopo/hinted_frac": 0.5, "sopo/discounted_frac": 0.5,
+                               "sopo/hinted_turn_frac": 0.5}
+
+
+def test_a_zero_advantage_is_not_counted_as_discounted():
+    # all rewards equal: every A is exactly 0, hinted or not; nothing is scaled down
+    d = SOPO()(sopo_batch(reward=[0.5] * 4)).diagnostics
+    assert d["sopo/discounted_frac"] == 0.0 and d["sopo/hinted_frac"] == 0.75
+
+
+def test_an_empty_batch_reports_zero_metrics():
+    batch = sopo_batch(reward=[], attempts=[])
+    batch.group = torch.zeros(0, dtype=torch.long)
+    batch.extras["traj"] = torch.zeros(0, dtype=torch.long)
+    out = SOPO()(batch)
+    assert out.advantages.shape == (0, 2)
+    assert out.diagnostics == {"sopo/mean_attempts": 0.0, "sopo/hinted_frac": 0.0, "sopo/discounted_frac": 0.0,
+                               "sopo/hinted_turn_frac": 0.0}
+
+
+def test_input_errors_name_the_estimator():
+    batch = sopo_batch()
+    del batch.extras["traj"]
+    with pytest.raises(ValueError, match="^advantage sopo needs the step-row input 'traj'"):
+        SOPO()(batch)
+    batch = sopo_batch()
+    batch.extras["hint"][0] = 2.0
+    with pytest.raises(ValueError, match="^advantage sopo: the step-row input 'hint' must hold only 0.0 and 1.0"):
+        SOPO()(batch)

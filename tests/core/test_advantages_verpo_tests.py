@@ -70,3 +70,65 @@ def test_masked_tokens_and_bad_inputs():
     with pytest.raises(ValueError, match=r"1 \(pass\), 0 \(fail\) or NaN"):
         VeRPOTests()(results_batch([[0.5, 1.0], [1.0, 1.0]]))
     assert VeRPOTests().needs() == {"test_results"}
+
+
+# ---- mutation-testing kills
+
+
+def test_pass_rates_skip_missing_results_and_count_a_test_run_once():
+    # test 0 ran on all three rollouts (2 passes), test 1 only on the third (1 pass), test 2 on none
+    results = torch.tensor([[1.0, nan, nan], [0.0, nan, nan], [1.0, 1.0, nan]], dtype=torch.float64)
+    rate, seen = pass_rates(results, torch.zeros(3, dtype=torch.long), 2)  # group 1 has no rollout
+    close(rate, [[2 / 3, 1.0, 0.0], [0.0, 0.0, 0.0]])  # 2/3, 1/1, nothing ran: 0
+    assert seen.tolist() == [[True, True, False], [False, False, False]]
+
+
+def test_delta_is_added_to_the_density():
+    # worked example with δ = 0.5: w' = exp(−ρ)/(N̂ + 0.5) = [0.3679/1.5039, 0.5134/1.5116, 0.7165/2.5039, same]
+    dense, _, weight = verpo_rewards(torch.tensor(P, dtype=torch.float64), torch.zeros(3, dtype=torch.long),
+                                     alpha=1.0, sigma=0.1, delta=0.5, gamma=1.0)
+    close(weight, [[0.2446, 0.3397, 0.2862, 0.2862]])
+    close(dense, [0.5843, 1.1566, 0.2446])  # w0 + w1, the sum of all four, w0
+
+
+def test_outcome_keeps_the_results_float64_and_an_empty_batch_has_no_group():
+    _, outcome, weight = verpo_rewards(torch.tensor(P, dtype=torch.float64), torch.tensor([4, 4, 9]),
+                                       1.0, 0.1, 1e-6, gamma=0.9)
+    assert outcome.dtype == torch.float64 and outcome.tolist() == [0.0, 0.9, 0.0]
+    assert weight.shape == (2, 4)  # one row per group present
+    dense, outcome, weight = verpo_rewards(torch.zeros(0, 3, dtype=torch.float64), torch.zeros(0, dtype=torch.long),
+                                           1.0, 0.1, 1e-6, 1.0)
+    assert dense.shape == outcome.shape == (0,) and weight.shape == (0, 3)
+
+
+def test_integer_results_are_read_in_the_masks_float64():
+    ints = build_batch([0.0] * 3)
+    ints.extras["test_results"] = torch.tensor(P)  # int64
+    expected = VeRPOTests()(results_batch(P)).advantages
+    torch.testing.assert_close(VeRPOTests()(ints).advantages, expected, atol=1e-12, rtol=0)
+
+
+def test_a_single_rollout_that_passes_gets_zero():
+    # a group of one: both terms are centred on the rollout itself (R_traj = 1 would otherwise leak through)
+    assert VeRPOTests()(results_batch([[1.0, 1.0]])).advantages.tolist() == [[0.0]]
+
+
+def test_metrics_of_the_worked_example_and_of_an_empty_batch():
+    d = VeRPOTests()(results_batch(P)).diagnostics
+    assert set(d) == {"verpo/turn_reward", "verpo/pass_all"}
+    assert d["verpo/turn_reward"] == pytest.approx((0.8740 + 1.5891 + 0.3665) / 3, abs=1e-4)
+    assert d["verpo/pass_all"] == pytest.approx(1 / 3)
+    empty = build_batch(torch.zeros(0, 1), mask=torch.zeros(0, 1))
+    empty.extras["test_results"] = torch.zeros(0, 2, dtype=torch.float64)
+    out = VeRPOTests()(empty)
+    assert out.advantages.shape == (0, 1)
+    assert out.diagnostics == {"verpo/turn_reward": 0.0, "verpo/pass_all": 0.0}
+
+
+def test_error_messages_show_the_shape_and_the_first_five_bad_values():
+    batch = build_batch([0.0] * 3)
+    batch.extras["test_results"] = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"needs test_results \[B=3, U\], got \(3,\)$"):
+        VeRPOTests()(batch)
+    with pytest.raises(ValueError, match=r"got \[2\.0, 3\.0, 4\.0, 5\.0, 6\.0\]$"):
+        VeRPOTests()(results_batch([[2, 3, 4, 1], [5, 6, 7, 0]]))

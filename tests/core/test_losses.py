@@ -137,3 +137,45 @@ def test_ppo_dual_clip_leaves_positive_advantages_alone():
     u, metrics, _ = run(PPOClip(dual_clip=3.0), [1.0], [0.5])  # A = 0.5 > 0: u = −A·r, never −A·c
     close(u, [-0.5])
     close(metrics["clip_frac_dual"], 0.0)
+
+
+def test_cispo_one_sided_reports_no_lower_clip_and_names_its_metrics():
+    _, metrics, _ = run(CISPO(), [1.0, 1.2], [1.0, -1.0])  # w = min(r, 5) = r: nothing clipped
+    close(metrics["clip_frac_low"], 0.0)
+    close(metrics["ratio_mean"], 1.1)
+
+
+def test_gspo_sequence_log_ratio_is_capped_at_ten():
+    u, metrics, _ = run(GSPO(), [math.exp(10.5)], [-1.0])  # A < 0: u = −A·s, s = exp(min(10.5, 10))
+    close(u / math.exp(10), [1.0], atol=1e-9)
+
+
+def test_ppo_dual_clip_bound_itself_is_not_clipped():
+    # r = e^0.5 and dual_clip = e^0.5 (the same float64), A = −1: u = r equals the bound −A·c; not dual-clipped,
+    # so the gradient −A·r still flows
+    c = float(torch.tensor(0.5, dtype=torch.float64).exp())
+    logp = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
+    batch = build_batch([0.0], old_logp=[[-0.5]], advantages=[[-1.0]])
+    out = PPOClip(dual_clip=c)(logp, batch)
+    out.token_loss.sum().backward()
+    assert out.metrics["clip_frac_dual"] == 0.0
+    close(logp.grad, [[c]])
+
+
+def test_the_log_ratio_is_capped_at_both_twenties():
+    # log-ratios −20.5, +20.5, −25 are capped to −20, +20, −20 (float64): r = e^−20, e^20, e^−20 exactly
+    from polo.core.losses.base import ratio
+
+    r = ratio(torch.tensor([-20.5, 20.5, -25.0], dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+    close(r / torch.tensor([math.exp(-20), math.exp(20), math.exp(-20)], dtype=torch.float64), [1.0, 1.0, 1.0],
+          atol=1e-12)
+
+
+def test_a_small_positive_advantage_clipped_above_counts_as_high_only():
+    # A = 0.5, r = 2 > 1 + 0.2: clipped at the upper bound; it is a positive advantage, so clip_frac_low = 0
+    from polo.core.losses.base import clipped_surrogate
+
+    r, adv, mask = (torch.tensor([[2.0]], dtype=torch.float64), torch.tensor([[0.5]], dtype=torch.float64),
+                    torch.ones(1, 1, dtype=torch.float64))
+    _, metrics = clipped_surrogate(r, adv, mask, 0.2, 0.2)
+    assert (float(metrics["clip_frac_low"]), float(metrics["clip_frac_high"])) == (0.0, 1.0)

@@ -56,3 +56,20 @@ def test_top_covariance_selection_depends_on_the_micro_batch():
 def test_covariance_centres_an_advantage_with_nonzero_mean():
     # A = [2, 0], mean 1; logp = [−1, −3], mean −2: cov = [(2 − 1)(−1 + 2), (0 − 1)(−3 + 2)] = [1, 1]
     close(centered_covariance(torch.tensor([[2.0, 0.0]]), torch.tensor([[-1.0, -3.0]]), torch.ones(1, 2))[0], [1.0, 1.0])
+
+
+def test_clip_cov_band_is_open_and_k_is_a_fraction_of_the_tokens():
+    # ratios 1: no token clipped; cov = [3, 0.5, 0.5, 0] (exact in float64)
+    logp, batch = ratio_batch([1.0] * 4, ADV, logp=LOGP)
+    assert ClipCov(cov_lb=3.0)(logp, batch).metrics["cov_drop_frac"] == 0.0  # cov = lb is outside (lb, ub)
+    assert ClipCov(cov_ub=3.0)(logp, batch).metrics["cov_drop_frac"] == 0.0  # cov = ub is outside too
+    # band (0.4, 5) holds 3 tokens: k = max(⌊0.5·4⌋, 1) = 2 drop; the default ratio gives max(⌊8e-4⌋, 1) = 1
+    assert ClipCov(cov_lb=0.4, clip_cov_ratio=0.5)(logp, batch).metrics["cov_drop_frac"] == 0.5
+    assert ClipCov(cov_lb=0.4)(logp, batch).metrics["cov_drop_frac"] == 0.25
+
+
+def test_kl_cov_k_is_a_fraction_of_the_tokens_and_ratio_mean():
+    logp, batch = ratio_batch([1.0, 1.2, 0.8, 1.0], ADV, logp=LOGP)
+    out = KLCov(kl_cov_ratio=0.5)(logp, batch)  # k = ⌊0.5·4⌋ = 2 tokens
+    close(out.metrics["kl_cov_frac"], 0.5)
+    close(out.metrics["ratio_mean"], 1.0)  # (1 + 1.2 + 0.8 + 1)/4

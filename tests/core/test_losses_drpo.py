@@ -1,7 +1,9 @@
+import math
+
 import pytest
 import torch
 
-from polo.core.losses.drpo import DRPO
+from polo.core.losses.drpo import DRPO, segment_logsumexp
 from polo.core.registry import POLICY_LOSSES, ConfigError
 
 from .helpers import build_batch, close
@@ -93,3 +95,32 @@ def test_whole_groups_and_trust_region_multiplier_per_micro_batch():
     for rows in (torch.tensor([0, 1]), torch.tensor([2, 3])):  # micro-batches cut on group boundaries
         per_micro_batch.append(float(DRPO()(logp[rows], batch.select(rows)).metrics["trust_region_multiplier"]))
     assert per_micro_batch == pytest.approx([0.2, 0.0])  # 1e3·(3e-4 − 1e-4), and KL 0 < δ
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_segment_logsumexp_is_shifted_and_an_empty_group_is_minus_inf():
+    x = torch.tensor([1000.0, 1001.0, 5.0], dtype=torch.float64)
+    inv, member = torch.tensor([0, 0, 1]), torch.tensor([True, True, False])
+    out = segment_logsumexp(x, inv, member, 3)  # group 1's only row is not a member, group 2 has no row
+    close(out[0], 1001 + math.log1p(math.exp(-1)))  # 1001.3133, no overflow of exp(1000)
+    assert out[1:].tolist() == [-math.inf, -math.inf]
+
+
+def test_one_token_rows_unused_groups_and_metrics():
+    # group 0: one correct (q = 1) and one wrong answer: J = s₊ − τ·log exp(s₋/τ) = s₊ − s₋; row shares −s₊, s₋
+    # group 1 is all correct (unused, share 0); a correct flag of 0.5 is not > 0.5: row 3 is wrong, so group 1 counts
+    s, logp, batch = drpo_batch([-0.5, -0.9, -0.2, -0.4], [1, 2, 1, 1], [1.0, 0.0, 1.0, 1.0],
+                                group=[0, 0, 1, 1], width=2, old_shift=0.1)
+    out = DRPO()(logp, batch)
+    close(out.token_loss, [[0.5, 0.0], [-0.45, -0.45], [0.0, 0.0], [0.0, 0.0]])  # −s₊/1, s₋/2 per token
+    close(out.metrics["groups_used"], 0.5)
+    close(out.metrics["ratio_mean"], math.exp(-0.1))  # exp(logp − old_logp)
+    assert out.metrics["length_weight_spread"].dtype == torch.float64
+    batch.extras["correct"] = torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=torch.float64)
+    close(DRPO()(logp, batch).metrics["groups_used"], 1.0)
+
+
+def test_an_empty_batch_has_no_group():
+    s, logp, batch = drpo_batch([-0.5, -0.9], [1, 2], [1.0, 0.0], width=2)
+    out = DRPO()(logp[:0], batch.select(torch.arange(0)))
+    assert out.metrics["drpo_objective"].item() == 0.0 and out.metrics["groups_used"].item() == 0.0

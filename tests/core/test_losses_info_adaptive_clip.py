@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from polo.core.losses.info_adaptive_clip import InfoAdaptiveClip
 
@@ -27,3 +28,12 @@ def test_zero_entropy_pins_the_ratio(ratio, adv, expected):
 def test_max_entropy_ignores_padding():
     logp, batch = ratio_batch([1.8, 1.0], [1.0, 0.0], mask=[1, 0], entropy_old=[2.0, 50.0])
     close(InfoAdaptiveClip()(logp, batch).token_loss[0, :1].detach(), [-1.8])  # hi = 1 + ln 21 > 1.8
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_entropy_is_read_in_the_masks_dtype():
+    logp, batch = ratio_batch([1.0, 1.0], [1.0, 1.0], entropy_old=[0.5, 1.0])  # entropy_old in float64
+    batch.rewards = batch.rewards.float()  # so the mask is float32
+    out = InfoAdaptiveClip()(logp, batch)
+    close(out.metrics["density_mean"], 0.75)  # ρ = [0.5, 1]
+    assert out.metrics["density_mean"].dtype == torch.float32

@@ -16,3 +16,9 @@ def test_zero_loss_with_a_zero_gradient_whatever_the_advantage():
     out.token_loss.sum().backward()  # on the graph: a step with nothing else to learn is a zero gradient
     assert torch.equal(logp.grad, torch.zeros_like(logp))
     assert loss.needs() == set() and loss.inert_at_zero_advantage
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_reports_no_metrics():
+    b = build_batch([1.0], mask=torch.ones(1, 2))
+    assert POLICY_LOSSES.build("none")(torch.zeros(1, 2), b).metrics == {}

@@ -1,6 +1,8 @@
 """OPPO: the triplet, the norm penalty and the two-step update (spec §19 worked example), and the LM component
 (contexts from pooled hidden states, the value of step 1, gradients of step 2 into z* alone, its own optimizer
 and checkpointed state)."""
+import re
+
 import pytest
 import torch
 
@@ -124,3 +126,63 @@ def test_token_loss_spreads_each_pairs_step_one_over_its_two_responses():
     close(row[[0, 3]], row[[1, 2]])  # the two sides of a pair (rows 0 and 1, rows 3 and 2) carry equal halves
     assert set(out.metrics) == {"rec_nll", "pref_loss", "norm_loss", "dist_chosen", "dist_rejected", "z_star_norm",
                                 "pairs_used"}
+
+
+def test_distance_adds_the_offset_and_norm_penalty_takes_one_vector():
+    a = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    # ‖(1 + 1e-6, 1e-6)‖ = 1.000001 (to 1e-12); with − the offset it would be 0.999999
+    close(context_distance(a, torch.zeros(2, dtype=torch.float64)), 1.000001, atol=1e-9)
+    close(norm_penalty(torch.tensor([3.0, 4.0])), 16.0)  # one context: (5 − 1)²
+
+
+def test_head_and_anchor_start_as_documented():
+    logp, hidden, batch = pair_batch()  # hidden size d = 6
+    a, b = OPPO(), OPPO()
+    a(logp, batch, hidden=hidden), b(logp, batch, hidden=hidden)
+    bound = 6 ** -0.5  # nn.Linear's uniform ±1/√d
+    for p in (a._head.weight, a._head.bias):
+        assert p.abs().max() <= bound and p.max() > bound / 2 and p.min() < -bound / 2
+    assert not torch.equal(a._head.weight[0], a._head.weight[1])  # one draw per entry, not per column
+    assert torch.equal(a._head.bias, b._head.bias)  # seeded
+    assert 0.5 < float(a._z_star.detach().norm()) < 2.0  # z* ~ N(0, I/16): ‖z*‖ ≈ 1 (1.0153 for seed 0)
+
+
+def test_adam_uses_the_configured_learning_rate():
+    logp, hidden, batch = pair_batch()
+    loss = OPPO(context_dim=4, lr=0.1)
+    loss(logp, batch, hidden=hidden).loss.backward()
+    before = loss._z_star.detach().clone()
+    loss.after_update(batch, None)
+    # Adam's first step moves each coordinate by lr·g/(|g| + 1e-8) ≈ ±lr
+    close((loss._z_star.detach() - before).abs().max(), 0.1, atol=1e-4)
+
+
+def test_error_messages_and_metric_dtypes():
+    logp, hidden, batch = pair_batch()
+    msg = ("policy_loss oppo reads the policy's last hidden states with gradient: call it as oppo(logp, batch, "
+           "hidden=policy.forward_logp(..., hidden_layer=-1)['hidden_states'])")
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        OPPO()(logp, batch)
+    out = OPPO(context_dim=4)(logp, batch, hidden=hidden)
+    assert out.metrics["pairs_used"].dtype == out.metrics["z_star_norm"].dtype == torch.float64  # logp's dtype
+    del batch.extras["chosen"]
+    with pytest.raises(ValueError, match=r"policy_loss oppo needs extras\['chosen'\]"):
+        OPPO()(logp, batch, hidden=hidden)
+
+
+def test_one_pair_is_not_halved_and_a_tied_pair_adds_nothing():
+    logp, hidden, batch = pair_batch()
+    first = torch.arange(2)
+    one = OPPO(context_dim=4)(logp[first], batch.select(first), hidden=hidden[first])
+    # one pair (P = 1): loss = step 1 of that pair = Σ token_loss (each row carries half of it)
+    close(one.loss.detach(), one.token_loss.sum(), atol=1e-6)
+    batch.extras["pair_valid"] = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    out = OPPO(context_dim=4)(logp, batch, hidden=hidden)
+    close(out.loss.detach(), one.loss.detach() / 2, atol=1e-6)  # the same pair over P = 2, the tie adds 0
+    assert out.token_loss[2:].abs().sum() == 0
+
+
+def test_an_empty_batch_uses_no_pair():
+    logp, hidden, batch = pair_batch()
+    out = OPPO(context_dim=4)(logp[:0], batch.select(torch.arange(0)), hidden=hidden[:0])
+    assert out.loss.item() == 0.0 and out.metrics["pairs_used"].item() == 0.0

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from polo.core.losses.preference import DPO, IPO, MNPO
+from polo.core.losses.preference import DPO, IPO, MNPO, Pairs
 from polo.core.registry import POLICY_LOSSES, ConfigError
 from polo.train.config import load_recipe
 
@@ -191,3 +191,67 @@ def test_registered_with_whole_pairs():
 def test_mnpo_mixture_normalises_the_weights():
     close(MNPO(weights=[1.0, 3.0]).mixture(), [0.25, 0.75])  # λ_h = w_h / Σ w
     close(MNPO(weights=[0.0, 0.0]).mixture(), [0.5, 0.5])  # all zero: uniform
+
+
+def test_an_empty_batch_has_no_pairs_and_zero_metrics():
+    s, logp, batch = pair_batch([-1.0, -2.0], [-1.0, -2.0], [1.0, 0.0])
+    empty = batch.select(torch.arange(0))
+    out = DPO()(logp[:0], empty)
+    assert out.loss.item() == 0.0 and out.token_loss.shape == (0, 1)
+    assert out.metrics["pairs_used"].item() == 0.0  # no pair: 0, not the NaN mean of nothing
+
+
+def test_one_token_rows_are_divided_by_one():
+    # lengths 1 and 2. IPO mean: ρ_w = −10 − (−11) = 1, ρ_l = −7 − (−6.5) = −0.5, h = 1.5, ℓ = (1.5 − 5)² = 12.25
+    s, logp, batch = pair_batch([-10.0, -14.0], [-11.0, -13.0], [1.0, 0.0], lengths=[1, 2])
+    close(IPO(tau=0.1, reduction="mean")(logp, batch).loss.detach(), 12.25)
+    # DPO: ℓ = −log σ(0.1·2) split in halves over the two rows: row 0's one token ℓ/2, row 1's tokens ℓ/4
+    out = DPO(beta=0.1)(logp, batch)
+    ell = math.log1p(math.exp(-0.2))
+    close(out.token_loss, [[ell / 2, 0.0], [ell / 4, ell / 4]])
+
+
+def test_reward_accuracy_counts_a_margin_below_one_and_keeps_the_dtype():
+    # ρ_w = −10 − (−10.5) = 0.5, ρ_l = 0, so h = 0.5 > 0: accurate
+    s, logp, batch = pair_batch([-10.0, -14.0], [-10.5, -14.0], [1.0, 0.0])
+    out = DPO(beta=0.1)(logp, batch)
+    close(out.metrics["reward_accuracy"], 1.0)
+    assert out.metrics["reward_accuracy"].dtype == torch.float64
+
+
+def test_errors_name_the_loss_and_a_chosen_flag_of_one_half_is_not_chosen():
+    s, logp, batch = pair_batch([-1.0, -2.0], [-1.0, -2.0], [0.5, 0.0])
+    with pytest.raises(ValueError, match=r"policy_loss ipo: a pair must have exactly one chosen row .*got \[0\]"):
+        IPO()(logp, batch)  # chosen means > 0.5
+    del batch.extras["chosen"]
+    with pytest.raises(ValueError, match=r"policy_loss dpo needs extras\['chosen'\]"):
+        DPO()(logp, batch)
+
+
+def test_pairs_leave_out_invalid_pairs_and_take_the_masks_dtype():
+    s, logp, batch = pair_batch([1.0, 2.0, 3.0, 5.0], [0.0] * 4, [1.0, 0.0, 0.0, 1.0])
+    batch.extras["pair_valid"] = torch.tensor([True, True, False, False])  # a bool column counts as 1/0
+    pairs = Pairs.of(batch, "dpo")
+    assert pairs.valid.tolist() == [True, False]
+    x = torch.tensor([1.0, 2.0, 3.0, 5.0], dtype=torch.float32)
+    assert pairs.diff(x).tolist() == [-1.0, 0.0]  # 1 − 2; the invalid pair stays 0 (not 5 − 3)
+    assert pairs.sign.dtype == torch.float64  # the float64 mask's dtype
+    side = pairs.side(x, chosen=True)
+    assert side.tolist() == [1.0, 0.0] and side.dtype == torch.float64
+
+
+def test_mnpo_history_errors_show_the_shape_and_float32_inputs_work():
+    s, logp, batch = pair_batch(**MNPO_ROWS)
+    mix = MNPO(weights=[1.0, 2.0]).mixture()
+    assert mix.dtype == torch.float64 and mix.tolist() == [1 / 3, 2 / 3]
+    with pytest.raises(ValueError, match=r"got shape \(2, 2\)"):
+        MNPO(weights=[1.0, 0.0, 0.0])(logp, batch)
+    del batch.extras["history_logp"]
+    with pytest.raises(ValueError, match=r"got shape None"):
+        MNPO(weights=[1.0, 0.0])(logp, batch)
+    # float32 log-probs with a float64 history: §15(e) with λ = (1, 0), η = 0.5 gives u = 5/3, ℓ = 0.4444
+    s, logp, batch = pair_batch(**MNPO_ROWS)
+    batch.rewards, batch.ref_logp = batch.rewards.float(), batch.ref_logp.float()
+    out = MNPO(weights=[1.0, 0.0], eta=0.5, ratio=1 / 3)(logp.float(), batch)
+    close(out.loss.detach(), 0.4444)
+    assert out.loss.dtype == torch.float32

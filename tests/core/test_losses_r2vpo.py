@@ -57,3 +57,15 @@ def test_state_round_trip():
     restored = R2VPO()
     restored.load_state_dict(state)
     assert restored.lam == loss.lam and restored.state_dict() == state
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_metrics_and_each_step_starts_a_fresh_variance():
+    loss = R2VPO(dual_update=False)
+    out, batch, _, _ = worked_example(loss)
+    close(out.metrics["ratio_mean"], 1.225)  # (1 + 1.3 + 0.6 + 2)/4
+    close(out.metrics["lambda"], 0.1)
+    close(torch.tensor(loss.after_update(batch, CONTEXT)["r2vpo/ratio_variance"]), 0.3125)
+    logp, batch = ratio_batch([1.0, 1.0], [0.0, 0.0])  # the next step: r = 1, variance 0
+    loss(logp, batch)
+    assert loss.after_update(batch, CONTEXT)["r2vpo/ratio_variance"] == 0.0

@@ -149,3 +149,30 @@ def test_fixed_reads_no_negative_sibling_and_reports_its_metrics():
     out = VerpoEvidence(direction="fixed")(torch.zeros(1, 1), b, t([[P]]).log())
     close(out.token_loss, [[-0.1937]])  # §8's fixed worked example, without the negative in the batch
     assert out.metrics["accepted_frac"] == 1.0 and out.metrics["evidence_token_frac"] == 1.0
+
+
+def test_fec_adds_eps_to_a_nuisance_variance_smaller_than_itself():
+    # vocabulary 2, p = [½, ½]: aᵀFb = ¼(a₁ − a₂)(b₁ − b₂). q± = [0.7 + d, 0.3 − d], [0.3 + d, 0.7 − d], q0 = [½, ½]
+    # → task = [0.4, −0.4], nuisance = [d, −d]; d = 1e-4: aᵀFn = 0.4·d = 4e-5, nᵀFn = d² = 1e-8;
+    # eps 3e-8: α = 4e-5/4e-8 = 1000, s = task − α·nuisance = [0.3, −0.3]
+    d = 1e-4
+    s = evidence_direction("fec", t([0.5, 0.5]), t([0.5, 0.5]), t([0.7 + d, 0.3 - d]), t([0.3 + d, 0.7 - d]), 3e-8)
+    torch.testing.assert_close(s, t([0.3, -0.3]), rtol=0, atol=1e-6)
+
+
+def test_support_index_of_a_second_hit_at_the_first_place():
+    ids = torch.tensor([[[5, 7], [2, 9]]])
+    assert support_index(torch.tensor([[7, 2]]), ids).tolist() == [[1, 0]]  # each token's own place
+
+
+def test_loss_per_row_in_the_students_dtype_and_the_accepted_fraction():
+    # two §8 rows (fixed direction, loss −0.1937 at Â = 1.2); the second has Â = −1.2: weight 0, loss 0
+    b = build_batch([1.0, 1.0], mask=torch.ones(2, 1))
+    b.rewards = b.rewards.float()
+    b.advantages = t([[1.2], [-1.2]])  # float64 advantages, float32 student and teachers
+    b.extras.update(teacher_dist=torch.tensor([[Q0]] * 2).log(), teacher_dist_sibling=torch.tensor([[QE]] * 2).log(),
+                    sibling_present=torch.ones(2))
+    out = VerpoEvidence(direction="fixed")(torch.zeros(2, 1), b, torch.tensor([[P]] * 2).log())
+    assert out.token_loss.dtype == torch.float32
+    close(out.token_loss, [[-0.1937], [0.0]])
+    assert out.metrics["accepted_frac"] == pytest.approx(0.5)

@@ -59,3 +59,42 @@ def test_bad_settings_and_inputs_are_named():
         SHAPING.build({"name": "judge_multi", "weights": [1, 1, 1]})(judged([[1, 1]]), 8)
     with pytest.raises(ValueError, match=r"'judge_scores' must have shape \[B, D\] with B = 1, got None"):
         SHAPING.build("judge_multi")(build_batch([[0.0]]), 8)
+
+
+# ---- mutation-testing kills
+def test_bad_judge_scores_name_their_shape_and_an_empty_criteria_list():
+    term = SHAPING.build({"name": "judge_multi", "score_range": [1, 10]})
+    with pytest.raises(ValueError, match=r"must have shape \[B, D\] with B = 2, got \[2\]"):
+        term(judged([5.0, 6.0]), 8)  # one score per row: [B], not [B, D]
+    with pytest.raises(ValueError, match=r"with B = 1, got \[2, 2\]"):
+        term(_rows_mismatch(), 8)
+    with pytest.raises(ValueError, match="^shaping judge_multi: input 'judge_scores' has no criteria$"):
+        term(judged(torch.zeros(1, 0).tolist()), 8)
+    close(term(judged([[10.0]]), 8), [1.0])  # one criterion is fine: (10 − 1)/9
+    with pytest.raises(ValueError, match="^shaping judge_multi: names has 1 entries but the judge scores 2"):
+        SHAPING.build({"name": "judge_multi", "names": ["a"]})(judged([[1, 1]]), 8)
+
+
+def _rows_mismatch():
+    batch = judged([[5.0, 6.0]])  # B = 1 ...
+    batch.extras["judge_scores"] = torch.tensor([[5.0, 6.0], [1.0, 2.0]], dtype=torch.float64)  # ... 2 rows
+    return batch
+
+
+def test_a_criterion_judged_once_averages_over_one_row():
+    batch = judged([[10.0, 4.0], [math.nan, 7.0]])
+    metrics = SHAPING.build({"name": "judge_multi", "score_range": [1, 10]}).after_update(batch, None)
+    assert metrics["judge_multi/c0"] == pytest.approx(1.0)  # (10 − 1)/9 over the one judged row (not / 2)
+    assert metrics["judge_multi/c1"] == pytest.approx((3 / 9 + 6 / 9) / 2)
+
+
+def test_cancelled_groups_count_groups_of_two_or_more_only():
+    term = SHAPING.build({"name": "judge_multi", "score_range": [1, 10]})
+    # group 0 (two rows) cancels: [8, 4] and [4, 8] both sum to 12, each criterion varies;
+    # group 1 (two rows) is honestly flat: [5, 5] twice; group 2 is a singleton
+    batch = judged([[8, 4], [4, 8], [5, 5], [5, 5], [9, 1]], group=[0, 0, 1, 1, 2])
+    assert term.after_update(batch, None)["judge_multi/cancelled_groups"] == 0.5  # 1 of the 2 groups of size 2
+    batch = judged([[8, 4], [4, 8], [9, 1]], group=[0, 0, 1])
+    assert term.after_update(batch, None)["judge_multi/cancelled_groups"] == 1.0  # the singleton is left out
+    singles = judged([[8, 4], [4, 8]], group=[0, 1])
+    assert term.after_update(singles, None)["judge_multi/cancelled_groups"] == 0.0  # no group of two or more

@@ -34,3 +34,16 @@ def test_default_buffer_is_a_fifth_rounded_down_and_at_least_one():
     assert penalty.dtype == torch.float64
     # L_max = 4: 4 // 5 = 0, so L_buf = 1 and the penalty is −(L − 3)
     close(shaping(lengths_batch([3, 4], 4), max_new_tokens=4), [0.0, -1.0])
+
+
+def test_every_row_is_present_as_a_bool_mask():
+    present = SHAPING.build("overlong").present(lengths_batch([3, 10], 10))
+    assert present.dtype == torch.bool and present.tolist() == [True, True]
+
+
+def test_integer_rewards_measure_lengths_in_float32():
+    batch = lengths_batch([200], 200)
+    batch.rewards = torch.zeros(1, dtype=torch.int8)  # neither 200 nor 200 − 50 fits int8
+    penalty = SHAPING.build({"name": "overlong", "max_length": 250, "buffer": 200})(batch, 250)
+    assert penalty.dtype == torch.float32
+    close(penalty, [-0.75])  # −(200 − (250 − 200))/200

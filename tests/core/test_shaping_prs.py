@@ -53,3 +53,8 @@ def test_prs_judge_clips_a_negative_score_and_names_bad_shapes():
     del batch.extras["judge_score"]
     with pytest.raises(ValueError, match="got None"):
         SHAPING.build("prs_judge")(batch, 8)
+
+
+def test_progressive_reward_refuses_nan_by_name():
+    with pytest.raises(ValueError, match="^progressive_reward: f and q must be finite$"):
+        progressive_reward(torch.tensor([math.nan]), torch.tensor([0.5]))

@@ -333,6 +333,7 @@ def deterministic(rows):
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "elapsed"))} for r in rows]
 
 
+@pytest.mark.slow  # multi-process kill and resume: deselected by the README's test command, CI runs it in its own pass
 def test_torchrun_trains_writes_from_rank_0_and_resumes_after_a_kill(tmp_path, tiny):
     """A 2-rank run writes one metrics.jsonl and its checkpoints from rank 0; a 2-rank run whose rank 1 is
     SIGKILLed after its first checkpoint, resumed with ``--resume``, ends with the same weights and metrics."""

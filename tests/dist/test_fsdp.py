@@ -127,6 +127,7 @@ def fsdp_args(run_dir, tiny) -> list[str]:
             "train.eval_every=2", "dist.shard=fsdp"]
 
 
+@pytest.mark.slow  # multi-process kill and resume: deselected by the README's test command, CI runs it in its own pass
 def test_torchrun_fsdp_resumes_after_a_kill_at_two_ranks_and_at_one(tmp_path, tiny):
     """A 2-rank sharded run whose rank 1 is SIGKILLed after its step-2 checkpoint, resumed with 2 ranks, ends with
     the uninterrupted run's weights bit for bit. Resumed with 1 rank (no torchrun) from the same checkpoint, DCP

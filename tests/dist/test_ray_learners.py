@@ -2,7 +2,8 @@
 import pytest
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.scale_out  # once per CI run: the torch thread count does not change them
+# once per CI run, in the slow pass (multi-process Ray runs): the torch thread count does not change them
+pytestmark = [pytest.mark.scale_out, pytest.mark.slow]
 
 from conftest import TINY  # noqa: E402
 from polo.core.registry import ConfigError  # noqa: E402

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from safetensors.torch import load_file
 
 from polo.train.checkpoint import latest_checkpoint
@@ -22,6 +23,7 @@ def _deterministic(rows):
     return [{k: v for k, v in r.items() if not k.startswith(("time/", "perf/", "elapsed"))} for r in rows]
 
 
+@pytest.mark.slow  # multi-process kill and resume: deselected by the README's test command, CI runs it in its own pass
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path, tiny):
     env = dict(os.environ)
     full, killed = tmp_path / "full", tmp_path / "killed"

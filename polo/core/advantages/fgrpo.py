@@ -1,7 +1,6 @@
 """F-GRPO: a separate group-relative advantage for each tagged phase of a response (slate, then rank)."""
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
@@ -65,16 +64,12 @@ class FGRPO(AdvantageEstimator):
     weights: list[float] | None = Field(default=None)
     """Weight w_s of each phase's advantage (one per tag, finite); None: 1 for every phase."""
 
-    def model_post_init(self, context) -> None:
-        if self.weights is not None and not all(map(math.isfinite, self.weights)):
-            raise ValueError(f"advantage fgrpo: weights={self.weights}; expected finite numbers, one per tag")
-
     def __call__(self, batch: RolloutBatch) -> AdvantageResult:
         who = "advantage fgrpo"
         mask = batch.mask
         tag, rewards = span_inputs(batch, who)
         S = rewards.shape[1]
-        w = torch.ones(S) if self.weights is None else torch.tensor(self.weights)
+        w = torch.ones(S) if self.weights is None else torch.tensor(self.weights, dtype=torch.float64)
         if len(w) != S:
             raise ValueError(f"{who}: weights={self.weights} has {len(w)} values, the task has {S} tagged phases")
         adv = phase_advantages(rewards.to(mask.dtype), batch.group)

@@ -27,7 +27,7 @@ def component_advantages(rewards: Tensor, present: Tensor, group: Tensor, eps: f
     B, K = rewards.shape
     _, inv = torch.unique(group, return_inverse=True)
     cell = (inv[:, None] * K + torch.arange(K, device=inv.device)).flatten()  # one segment per (group, component)
-    adv = group_norm(rewards.nan_to_num(0.0).flatten(), cell, eps=eps, members=present.flatten()).view(B, K)
+    adv = group_norm(rewards.where(present, 0.0).flatten(), cell, eps=eps, members=present.flatten()).view(B, K)
     return adv * present
 
 
@@ -144,7 +144,7 @@ class GDPO(AdvantageEstimator):
         total = comp @ batch.reward_weights.to(comp)
         present = self.presence(batch)
         keep, scale, diagnostics = self.selection(comp, batch.group, present.any(-1), batch.reward_names)
-        summed = (batch.rewards.to(comp).nan_to_num(0.0) * present) @ batch.reward_weights.to(comp)
+        summed = batch.rewards.to(comp).where(present, 0.0) @ batch.reward_weights.to(comp)
         diagnostics["gdpo/order_changes"] = order_changes(total, summed, batch.group)
         return AdvantageResult(whiten_rows(total * scale, batch.mask, keep, self.whiten), diagnostics=diagnostics)
 

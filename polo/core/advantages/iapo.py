@@ -52,7 +52,7 @@ def routing_weights(adv: Tensor, reach: Tensor, fail: Tensor, used_fail: Tensor,
     ``ω = (1 + λ_s·reach)·(ρ if fail else 1)`` where ``adv > 0``, ``ω = 1 + λ_f·(fail + used_fail)`` where
     ``adv < 0``, ``ω = 1`` where ``adv = 0``; ``w = T·ω/Σ_traj ω`` with T the trajectory's number of rows."""
     dtype = adv.dtype
-    positive = (1 + lambda_s * reach.to(dtype)) * torch.where(fail, rho, 1.0).to(dtype)
+    positive = (1 + lambda_s * reach.to(dtype)) * torch.where(fail, torch.full_like(adv, rho), torch.ones_like(adv))
     negative = 1 + lambda_f * (fail.to(dtype) + used_fail.to(dtype))
     omega = torch.where(adv > 0, positive, torch.where(adv < 0, negative, torch.ones_like(adv)))
     turns = segment_sum(torch.ones_like(omega), tinv, n_traj)

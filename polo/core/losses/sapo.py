@@ -32,7 +32,7 @@ class SAPO(PolicyLoss):
     def __call__(self, logp: Tensor, batch: RolloutBatch) -> LossOutput:
         mask, adv = batch.mask, batch.advantages
         r = ratio(logp, batch.old_logp)
-        tau = torch.where(adv > 0, self.tau_pos, self.tau_neg).to(r)
+        tau = torch.where(adv > 0, torch.full_like(r, self.tau_pos), torch.full_like(r, self.tau_neg))
         gate = torch.sigmoid(tau * (r - 1)) * (4 / tau)
         return LossOutput(-adv * gate, {"ratio_mean": masked_mean(r.detach(), mask),
                                         "gate_mean": masked_mean(gate.detach(), mask)})
