@@ -27,3 +27,11 @@ def test_extreme_differences_are_finite_with_finite_grads(name):
 
 def test_k3_is_non_negative():
     assert (DIVERGENCES.build("k3")(torch.randn(100), torch.randn(100)) >= 0).all()
+
+
+def test_the_log_ratio_is_capped_at_both_twenties():
+    # k1 returns the capped log-ratio itself: −20.5 and +20.5 are read as −20 and +20 (the cap keeps k3's
+    # exp(−δ) finite)
+    k1 = DIVERGENCES.build({"name": "k1"})
+    logp = torch.tensor([-20.5, 20.5, 3.0], dtype=torch.float64)
+    assert k1(logp, torch.zeros(3, dtype=torch.float64)).tolist() == [-20.0, 20.0, 3.0]

@@ -70,3 +70,10 @@ def test_runs_of_equal_consecutive_ids():
     assert run_starts(ids).tolist() == [True, False, True, False, False, True, True]
     assert run_start_rows(ids).tolist() == [0, 0, 2, 2, 2, 5, 6]
     assert run_start_rows(torch.tensor([], dtype=torch.long)).tolist() == []
+
+
+# ---- mutation-testing kills (docs/mutation.md)
+def test_segment_sum_of_no_rows_has_no_groups_and_whitening_one_entry_says_why():
+    assert segment_sum(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long)).shape == (0, 3)
+    with pytest.raises(ValueError, match=r"^masked_whiten needs more than one valid entry, got 1$"):
+        masked_whiten(torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0]]))
