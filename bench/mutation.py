@@ -35,8 +35,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-MUTATED = ("polo/core", "polo/control/math")
-"""The folders ``[tool.mutmut] only_mutate`` names (keep the two in step)."""
+MUTATED = ("polo/core", "polo/control/math", "polo/methods")
+"""The folders ``[tool.mutmut] only_mutate`` names (keep the two in step; in polo/methods only the components'
+files: advantage.py, shaping.py, self_distill.py)."""
+METHOD_PARTS = ("advantage.py", "shaping.py", "self_distill.py")
 EQUIVALENTS = ROOT / "bench" / "mutation_equivalents.yaml"
 """file → [{change: "old  →  new" as the report prints it, why: reason}]: survivors no test can kill."""
 HUNK = re.compile(r"^@@ -(\d+)")
@@ -61,15 +63,18 @@ def is_central(path: str, function: str) -> bool:
 
 def family(path: str) -> str:
     """``polo/core/advantages/spo.py`` → ``advantages``; ``polo/core/aggregation.py`` → ``aggregation``;
-    ``polo/control/math/qoed.py`` → ``control``."""
+    ``polo/control/math/qoed.py`` → ``control``; ``polo/methods/appo/advantage.py`` → ``methods``."""
     parts = Path(path).parts
     if parts[:3] == ("polo", "control", "math"):
         return "control"
+    if parts[:2] == ("polo", "methods"):
+        return "methods"
     return parts[2] if len(parts) > 3 else Path(parts[2]).stem
 
 
 def source_files() -> list[str]:
-    return sorted(str(p.relative_to(ROOT)) for d in MUTATED for p in (ROOT / d).rglob("*.py"))
+    files = (p for d in MUTATED for p in (ROOT / d).rglob("*.py"))
+    return sorted(str(p.relative_to(ROOT)) for p in files if "methods" not in p.parts or p.name in METHOD_PARTS)
 
 
 def select(families: list[str], paths: list[str]) -> list[str]:
