@@ -73,8 +73,8 @@ def family(path: str) -> str:
 
 
 def source_files() -> list[str]:
-    files = (p for d in MUTATED for p in (ROOT / d).rglob("*.py"))
-    return sorted(str(p.relative_to(ROOT)) for p in files if "methods" not in p.parts or p.name in METHOD_PARTS)
+    files = (p.relative_to(ROOT) for d in MUTATED for p in (ROOT / d).rglob("*.py"))
+    return sorted(str(p) for p in files if p.parts[1] != "methods" or p.name in METHOD_PARTS)
 
 
 def select(families: list[str], paths: list[str]) -> list[str]:
